@@ -1,0 +1,3 @@
+"""perfgrid: reproduce classic runtime micro-benchmarks on this machine."""
+
+__version__ = "0.1.0"

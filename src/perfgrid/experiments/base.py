@@ -1,0 +1,81 @@
+"""The small interface every experiment module implements.
+
+An experiment declares its grid axes, expands its config section into grid
+points, says which points this machine cannot run (and why), and prepares a
+:class:`Case` for one point: the timed function the pyperf harness calls,
+and how much work one loop does.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+Point = dict[str, Any]
+Metadata = dict[str, str | int | float]
+
+
+@dataclass
+class Case:
+    """One prepared grid point.
+
+    ``time(loops)`` runs the workload ``loops`` times and returns the elapsed
+    seconds of the timed part only: per-loop set-up (cache eviction, warming)
+    happens inside it but outside the clock. ``work_per_loop`` is what one
+    loop does, in the experiment's ``work_unit`` (bytes, calls, spawns...).
+    ``observed()`` returns metadata known only after the loops ran (the
+    worst cache residency seen, CPU times, peak RSS); the harness records it
+    with each pyperf run.
+    """
+
+    time: Callable[[int], float]
+    work_per_loop: float
+    metadata: Metadata = field(default_factory=dict)
+    close: Callable[[], None] = lambda: None
+    observed: Callable[[], Metadata] = dict
+    inner_loops: int | None = None
+
+
+class Experiment:
+    """Base class: subclasses set the class attributes and override the methods."""
+
+    name: ClassVar[str]
+    #: grid axes in result-path order; the same names are config keys
+    #: (plural in config), wildcards, table columns and plot axes.
+    axes: ClassVar[tuple[str, ...]]
+    #: axes whose values are integers (the rest are strings)
+    int_axes: ClassVar[frozenset[str]] = frozenset()
+    work_unit: ClassVar[str]
+    rate_unit: ClassVar[str]
+
+    def points(self, section: dict[str, Any], config: dict[str, Any]) -> list[Point]:
+        """The grid points of this experiment for its (validated) config section."""
+        raise NotImplementedError
+
+    def runtime(self, point: Point) -> str:
+        """``python``, ``native`` or ``erlang``: what runs the point."""
+        return "python"
+
+    def unavailable(self, point: Point) -> str | None:
+        """Why this machine cannot run ``point`` (a missing tool), or None."""
+        return None
+
+    def prepare(self, point: Point, options: dict[str, str]) -> Case:
+        """Set up ``point`` (outside any timing) and return its :class:`Case`."""
+        raise NotImplementedError
+
+    def parse_point(self, raw: dict[str, str]) -> Point:
+        """Typed point from the strings of wildcards or the command line."""
+        missing = [a for a in self.axes if a not in raw]
+        if missing:
+            raise ValueError(f"{self.name}: point lacks axes {missing}")
+        return {a: int(raw[a]) if a in self.int_axes else str(raw[a]) for a in self.axes}
+
+
+def missing_tool(tool: str, why: str = "") -> str | None:
+    """A skip reason if ``tool`` is not on PATH, else None."""
+    if shutil.which(tool):
+        return None
+    return f"{tool} not found on PATH" + (f" ({why})" if why else "")

@@ -1,0 +1,310 @@
+"""file_read (seed E2): read a 1 GiB random file from the page cache.
+
+Stresses the fixed cost of one read call against the copy itself: by block
+size, by destination buffer (fresh bytes, page-aligned, unaligned), and by
+parallel readers, beside ``dd`` and ``fio`` on the same file.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import re
+import subprocess
+import threading
+from typing import Any
+
+from pyperf import perf_counter
+
+from perfgrid import binding
+from perfgrid.experiments.base import Case, Experiment, Point, missing_tool
+from perfgrid.pagecache import CacheState
+
+SINGLE = ("read", "readinto", "readinto_unaligned", "dd")
+PARALLEL = ("pread_parallel", "fio")
+VARIANTS = ("read", "readinto", "readinto_unaligned", "whole", "pread_parallel", "dd", "fio")
+NATIVE = ("dd", "fio")
+
+
+def _aligned(size: int) -> mmap.mmap:
+    """A page-aligned anonymous buffer of ``size`` bytes (an mmap starts on a page)."""
+    return mmap.mmap(-1, size)
+
+
+def _shares(size: int, workers: int) -> list[tuple[int, int]]:
+    """(offset, length) of each worker's contiguous share, page-aligned."""
+    share = -(-size // workers)
+    share = -(-share // mmap.PAGESIZE) * mmap.PAGESIZE
+    out = []
+    for i in range(workers):
+        start = min(i * share, size)
+        out.append((start, min(share, size - start)))
+    return out
+
+
+def read_loop(fd: int, block_size: int) -> int:
+    """``read(block_size)`` until EOF, a new bytes object per call."""
+    os.lseek(fd, 0, os.SEEK_SET)
+    total = 0
+    read = os.read
+    while chunk := read(fd, block_size):
+        total += len(chunk)
+    return total
+
+
+def readinto_loop(fd: int, buffer: Any) -> int:
+    """``readv`` into one reused buffer until EOF."""
+    os.lseek(fd, 0, os.SEEK_SET)
+    total = 0
+    readv = os.readv
+    bufs = [buffer]
+    while n := readv(fd, bufs):
+        total += n
+    return total
+
+
+def read_whole(fd: int, size: int) -> int:
+    """One read of the whole file into a fresh bytes object."""
+    os.lseek(fd, 0, os.SEEK_SET)
+    data = os.read(fd, size)
+    total = len(data)
+    while total < size and (more := os.read(fd, size - total)):
+        total += len(more)
+    return total
+
+
+class ParallelReaders:
+    """``workers`` pinned threads, each ``preadv``-ing its own share into its own
+    aligned buffer; started once, released together for every timed pass."""
+
+    def __init__(self, path: str, block_size: int, cpu_plan: list[list[int]]) -> None:
+        self.size = os.path.getsize(path)
+        self.fd = os.open(path, os.O_RDONLY)
+        self.block_size = block_size
+        self.shares = _shares(self.size, len(cpu_plan))
+        self.start = threading.Barrier(len(cpu_plan) + 1)
+        self.done = threading.Barrier(len(cpu_plan) + 1)
+        self.counts = [0] * len(cpu_plan)
+        self.actual: list[list[int]] = [[] for _ in cpu_plan]
+        self.stopping = False
+        self.threads = [
+            threading.Thread(target=self._worker, args=(i, cpus), daemon=True)
+            for i, cpus in enumerate(cpu_plan)
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    def _worker(self, index: int, cpus: list[int]) -> None:
+        self.actual[index] = binding.pin(cpus)
+        offset, length = self.shares[index]
+        buffer = _aligned(min(self.block_size, max(length, 1)))
+        view = memoryview(buffer)
+        try:
+            while True:
+                self.start.wait()
+                if self.stopping:
+                    return
+                done = 0
+                while done < length:
+                    want = min(len(view), length - done)
+                    n = os.preadv(self.fd, [view[:want]], offset + done)
+                    if n == 0:
+                        break
+                    done += n
+                self.counts[index] = done
+                self.done.wait()
+        finally:
+            view.release()
+            buffer.close()
+
+    def run(self) -> int:
+        self.start.wait()
+        self.done.wait()
+        return sum(self.counts)
+
+    def close(self) -> None:
+        self.stopping = True
+        self.start.wait()
+        for thread in self.threads:
+            thread.join()
+        os.close(self.fd)
+
+
+def dd_seconds(path: str, block_size: int) -> float:
+    """Run dd over the file and return its own reported copy time."""
+    proc = subprocess.run(
+        ["dd", f"if={path}", "of=/dev/null", f"bs={block_size}"],
+        capture_output=True, text=True, check=True, env={**os.environ, "LC_ALL": "C"},
+    )
+    match = re.search(r"copied, ([0-9.eE+-]+) s", proc.stderr)
+    if not match:
+        raise RuntimeError(f"dd printed no timing: {proc.stderr!r}")
+    return float(match.group(1))
+
+
+def parse_fio_json(text: str) -> dict[str, Any]:
+    """fio's JSON report, skipping any warning text printed before it."""
+    start = text.find("{")
+    if start < 0:
+        raise ValueError(f"fio printed no JSON: {text[:200]!r}")
+    report, _ = json.JSONDecoder().raw_decode(text[start:])
+    return report
+
+
+def fio_command(path: str, block_size: int, workers: int, bind: str,
+                cpu_plan: list[list[int]]) -> list[str]:
+    """The fio command line for one point (page-cache reads by ``workers`` jobs)."""
+    size = os.path.getsize(path)
+    share = _shares(size, workers)[0][1]
+    cmd = [
+        "fio", "--name=perfgrid", f"--filename={path}", "--ioengine=psync", "--iomem=mmap",
+        "--invalidate=0", "--rw=read", f"--bs={block_size}", f"--numjobs={workers}",
+        f"--size={share}", f"--offset_increment={share}", "--group_reporting",
+        "--output-format=json",
+    ]
+    if bind != "none":
+        cpus = sorted({c for cpus in cpu_plan for c in cpus})
+        cmd += [f"--cpus_allowed={','.join(map(str, cpus))}", "--cpus_allowed_policy=split"]
+    return cmd
+
+
+def fio_seconds(cmd: list[str]) -> tuple[float, int]:
+    """Run fio; return (seconds the jobs ran, bytes read) from its JSON report."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    job = parse_fio_json(proc.stdout)["jobs"][0]
+    read = job["read"]
+    if not read.get("bw_bytes"):
+        raise RuntimeError(f"fio reported no read bandwidth: {read}")
+    return read["io_bytes"] / read["bw_bytes"], read["io_bytes"]
+
+
+class FileRead(Experiment):
+    name = "file_read"
+    axes = ("variant", "cache", "binding", "workers", "block_size")
+    int_axes = frozenset({"workers", "block_size"})
+    work_unit = "bytes"
+    rate_unit = "bytes/s"
+
+    def points(self, section: dict[str, Any], config: dict[str, Any]) -> list[Point]:
+        out: list[Point] = []
+        size = config["testfile"]["size_bytes"]
+        for variant in section["variants"]:
+            for cache in section["caches"]:
+                if variant == "whole":
+                    out.append(self._point(variant, cache, "none", 1, size))
+                elif variant in SINGLE:
+                    out += [self._point(variant, cache, "none", 1, bs)
+                            for bs in section["block_sizes"]]
+                else:
+                    out += [self._point(variant, cache, b, w, bs)
+                            for bs in section["parallel_block_sizes"]
+                            for w in section["workers"]
+                            for b in section["bindings"]]
+        return out
+
+    @staticmethod
+    def _point(variant: str, cache: str, bind: str, workers: int, block_size: int) -> Point:
+        return {"variant": variant, "cache": cache, "binding": bind,
+                "workers": workers, "block_size": block_size}
+
+    def runtime(self, point: Point) -> str:
+        return "native" if point["variant"] in NATIVE else "python"
+
+    def unavailable(self, point: Point) -> str | None:
+        if point["variant"] == "fio":
+            return missing_tool("fio", "Debian package fio")
+        if point["variant"] == "dd":
+            return missing_tool("dd", "coreutils")
+        return None
+
+    def prepare(self, point: Point, options: dict[str, str]) -> Case:
+        path = options["testfile"]
+        size = os.path.getsize(path)
+        variant, bs, workers = point["variant"], point["block_size"], point["workers"]
+        state = CacheState(path, point["cache"])
+        plan = binding.plan(point["binding"], workers)
+        meta: dict[str, str | int | float] = {
+            "perfgrid_file_size": size,
+            "perfgrid_binding_plan": binding.describe(plan),
+        }
+        closers: list = []
+
+        if variant == "dd":
+            def one_pass() -> float:
+                return dd_seconds(path, bs)
+        elif variant == "fio":
+            cmd = fio_command(path, bs, workers, point["binding"], plan)
+            meta["perfgrid_command"] = " ".join(cmd)
+
+            def one_pass() -> float:
+                seconds, done = fio_seconds(cmd)
+                _check(done, size)
+                return seconds
+        else:
+            if variant == "pread_parallel":
+                readers = ParallelReaders(path, bs, plan)
+                closers.append(readers.close)
+                run = readers.run
+            else:
+                if point["binding"] != "none":
+                    binding.pin(plan[0])
+                fd = os.open(path, os.O_RDONLY)
+                closers.append(lambda: os.close(fd))
+                if variant == "read":
+                    def run() -> int:
+                        return read_loop(fd, bs)
+                elif variant == "whole":
+                    def run() -> int:
+                        return read_whole(fd, size)
+                else:
+                    buffer = _aligned(bs) if variant == "readinto" else bytearray(bs)
+                    meta["perfgrid_buffer_page_offset"] = _page_offset(buffer)
+
+                    def run() -> int:
+                        return readinto_loop(fd, buffer)
+
+            def one_pass() -> float:
+                started = perf_counter()
+                done = run()
+                elapsed = perf_counter() - started
+                _check(done, size)
+                return elapsed
+
+        def time_loops(loops: int) -> float:
+            total = 0.0
+            for _ in range(loops):
+                state.prepare()
+                total += one_pass()
+            return total
+
+        def observed() -> dict[str, str | int | float]:
+            extra = state.metadata()
+            if variant == "pread_parallel":
+                extra["perfgrid_worker_cpus"] = binding.describe(readers.actual)
+            elif variant not in NATIVE:
+                extra["perfgrid_worker_cpus"] = binding.describe([sorted(os.sched_getaffinity(0))])
+            return extra
+
+        def close() -> None:
+            for closer in reversed(closers):
+                closer()
+
+        return Case(time=time_loops, work_per_loop=size, metadata=meta, close=close,
+                    observed=observed)
+
+
+def _check(done: int, size: int) -> None:
+    if done != size:
+        raise RuntimeError(f"read {done:,} bytes of a {size:,}-byte file")
+
+
+def _page_offset(buffer: Any) -> int:
+    """Offset of the buffer's first byte past a page boundary."""
+    import ctypes
+
+    address = ctypes.addressof(ctypes.c_char.from_buffer(buffer))
+    return address % mmap.PAGESIZE
+
+
+EXPERIMENT = FileRead()
