@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import pandas as pd
+
 Point = dict[str, Any]
 Metadata = dict[str, str | int | float]
 
@@ -49,6 +51,12 @@ class Experiment:
     int_axes: ClassVar[frozenset[str]] = frozenset()
     work_unit: ClassVar[str]
     rate_unit: ClassVar[str]
+    #: rows (by variant) that stand for the machine's own limit, the axes a
+    #: row must share with one to be compared, and the coarser axes to fall
+    #: back on (taking the best reference rate) when no exact match exists
+    reference_variants: ClassVar[tuple[str, ...]] = ()
+    reference_axes: ClassVar[tuple[str, ...]] = ()
+    fallback_axes: ClassVar[tuple[str, ...]] = ()
 
     def points(self, section: dict[str, Any], config: dict[str, Any]) -> list[Point]:
         """The grid points of this experiment for its (validated) config section."""
@@ -65,6 +73,26 @@ class Experiment:
     def prepare(self, point: Point, options: dict[str, str]) -> Case:
         """Set up ``point`` (outside any timing) and return its :class:`Case`."""
         raise NotImplementedError
+
+    def ratio_to_native(self, table: pd.DataFrame) -> pd.Series:
+        """Each row's rate over the matching native reference rate (NaN if none)."""
+        ratio = pd.Series(float("nan"), index=table.index)
+        ref = table[table["variant"].isin(self.reference_variants)]
+        if ref.empty:
+            return ratio
+        for axes in (self.reference_axes, self.fallback_axes):
+            best = ref.groupby(list(axes))["rate"].max() if axes else None
+            for idx, row in table.iterrows():
+                if pd.notna(ratio[idx]):
+                    continue
+                if best is None:
+                    ratio[idx] = row["rate"] / ref["rate"].max()
+                    continue
+                key = tuple(row[a] for a in axes)
+                key = key[0] if len(axes) == 1 else key
+                if key in best.index:
+                    ratio[idx] = row["rate"] / best[key]
+        return ratio
 
     def parse_point(self, raw: dict[str, str]) -> Point:
         """Typed point from the strings of wildcards or the command line."""

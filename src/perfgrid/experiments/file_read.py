@@ -185,6 +185,9 @@ class FileRead(Experiment):
     int_axes = frozenset({"workers", "block_size"})
     work_unit = "bytes"
     rate_unit = "bytes/s"
+    reference_variants = ("dd",)
+    reference_axes = ("cache", "block_size")
+    fallback_axes = ("cache",)
 
     def points(self, section: dict[str, Any], config: dict[str, Any]) -> list[Point]:
         out: list[Point] = []

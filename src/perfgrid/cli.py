@@ -1,0 +1,104 @@
+"""Command-line entry points: what the Snakemake rules run, and ``perfgrid`` for users."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from perfgrid.atomic import atomic_path, write_json
+
+
+def _testfile(args: argparse.Namespace) -> None:
+    from perfgrid import testfile
+
+    seed = None if args.seed.lower() in ("none", "null") else int(args.seed)
+    testfile.main(args.path, args.facts, args.size, seed)
+
+
+def _machine(args: argparse.Namespace) -> None:
+    from perfgrid import machine
+
+    write_json(args.output, machine.snapshot(args.testfile))
+
+
+def _table(args: argparse.Namespace) -> None:
+    from perfgrid import aggregate
+
+    table = aggregate.build_table(args.experiment, args.results)
+    with atomic_path(args.output) as tmp:
+        table.to_csv(tmp, index=False)
+    print(f"{args.experiment}: {len(table)} rows -> {args.output}")
+
+
+def _plots(args: argparse.Namespace) -> None:
+    import pandas as pd
+
+    from perfgrid.analysis import module
+
+    table = pd.read_csv(args.table)
+    out = Path(args.out_dir)
+    tmp = out.with_name(f".{out.name}.tmp")
+    if tmp.exists():
+        import shutil
+
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    written = module(args.experiment).plot(table, tmp)
+    tmp.rename(out)
+    print(f"{args.experiment}: {len(written)} figures -> {out}")
+
+
+def _report(args: argparse.Namespace) -> None:
+    from perfgrid import report
+
+    report.main(Path(args.root), args.experiments, args.html, args.md, args.cv_threshold)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="perfgrid", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("testfile", help="write the random test file and its sidecar JSON")
+    p.add_argument("path")
+    p.add_argument("facts")
+    p.add_argument("--size", type=int, required=True)
+    p.add_argument("--seed", default="none")
+    p.set_defaults(func=_testfile)
+
+    p = sub.add_parser("machine", help="write a psutil snapshot of this machine")
+    p.add_argument("output")
+    p.add_argument("--testfile")
+    p.set_defaults(func=_machine)
+
+    p = sub.add_parser("table", help="aggregate raw pyperf results into one table")
+    p.add_argument("experiment")
+    p.add_argument("output")
+    p.add_argument("results", nargs="*")
+    p.set_defaults(func=_table)
+
+    p = sub.add_parser("plots", help="draw an experiment's figures from its table")
+    p.add_argument("experiment")
+    p.add_argument("table")
+    p.add_argument("out_dir")
+    p.set_defaults(func=_plots)
+
+    p = sub.add_parser("report", help="write report.html and report.md")
+    p.add_argument("--root", required=True)
+    p.add_argument("--experiments", nargs="+", required=True)
+    p.add_argument("--html", required=True)
+    p.add_argument("--md", required=True)
+    p.add_argument("--cv-threshold", type=float, default=0.05)
+    p.set_defaults(func=_report)
+
+    args = parser.parse_args(argv)
+    try:
+        args.func(args)
+    except (ValueError, OSError, json.JSONDecodeError) as err:
+        print(f"perfgrid {args.command}: {err}", file=sys.stderr)
+        raise SystemExit(1) from err
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""A psutil snapshot of the machine, so results can be compared across hosts."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import shutil
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from perfgrid import binding
+
+PACKAGES = ("perfgrid", "snakemake", "pyperf", "pandas", "seaborn", "matplotlib", "numpy",
+            "psutil", "uvloop")
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _filesystem(path: str) -> dict[str, Any]:
+    probe = Path(path).absolute()
+    while not probe.exists():
+        probe = probe.parent
+    best = None
+    for part in psutil.disk_partitions(all=True):
+        if str(probe).startswith(part.mountpoint) and (
+            best is None or len(part.mountpoint) > len(best.mountpoint)
+        ):
+            best = part
+    usage = shutil.disk_usage(probe)
+    return {
+        "path": str(path),
+        "mountpoint": best.mountpoint if best else None,
+        "fstype": best.fstype if best else None,
+        "device": best.device if best else None,
+        "free_bytes": usage.free,
+        "total_bytes": usage.total,
+    }
+
+
+def snapshot(testfile: str | None = None) -> dict[str, Any]:
+    """CPU, topology, memory, file system, kernel and versions of this machine."""
+    freq = psutil.cpu_freq()
+    mem = psutil.virtual_memory()
+    topo = binding.topology()
+    return {
+        "taken_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "hostname": socket.gethostname(),
+        "cpu_model": _cpu_model(),
+        "cpus_logical": psutil.cpu_count(logical=True),
+        "cpus_physical": psutil.cpu_count(logical=False),
+        "cpus_allowed": binding.allowed_cpus(),
+        "topology": [{"cpu": c.cpu, "core": c.core, "package": c.package} for c in topo],
+        "compact_order": binding.compact_order(topo),
+        "spread_order": binding.spread_order(topo),
+        "cpu_freq_mhz": {"current": freq.current, "min": freq.min, "max": freq.max}
+        if freq else None,
+        "memory_bytes": mem.total,
+        "memory_available_bytes": mem.available,
+        "load_average": list(os.getloadavg()),
+        "kernel": platform.release(),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "packages": _versions(),
+        "testfile_filesystem": _filesystem(testfile) if testfile else None,
+    }

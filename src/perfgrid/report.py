@@ -1,0 +1,224 @@
+"""The final report: this machine's figures beside the seeds', claim by claim.
+
+Writes one self-contained HTML file (images embedded as data URIs, no
+external requests) and a Markdown twin. Every verdict is computed from the
+tables by the experiment's analysis module; nothing here is hard-coded.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from perfgrid.analysis import Claim, module
+from perfgrid.atomic import write_text
+from perfgrid.paths import REPO, Layout
+
+SHOWN = ["runtime", "variant", "cache", "binding", "workers", "block_size", "n_values",
+         "mean_s", "cv", "rate", "rate_unit", "ratio_to_native"]
+AXIS_HINTS = ("variant", "cache", "binding", "workers", "block_size", "call", "primitive",
+              "chains", "tasks", "seeding", "gc", "concurrency", "keepalive", "client")
+
+
+def md_table(frame: pd.DataFrame) -> str:
+    """A GitHub-flavoured Markdown table."""
+    if frame.empty:
+        return "_(no rows)_\n"
+    cols = list(frame.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for _, row in frame.iterrows():
+        lines.append("| " + " | ".join(_fmt(row[c]) for c in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        if pd.isna(value):
+            return ""
+        return f"{value:.4g}"
+    return str(value).replace("|", "\\|")
+
+
+def _git() -> dict[str, str]:
+    def run(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
+                                  check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return ""
+    return {"commit": run("rev-parse", "HEAD") or "unknown",
+            "dirty": "yes" if run("status", "--porcelain", "--untracked-files=no") else "no"}
+
+
+def flags(table: pd.DataFrame, cv_threshold: float) -> pd.DataFrame:
+    """Rows whose figure should not be taken as clean, with the reason."""
+    reasons = pd.Series("", index=table.index)
+    if "cv" in table:
+        reasons = reasons.where(~(table["cv"] > cv_threshold),
+                                reasons + f"CV above {cv_threshold:.0%}; ")
+    if "noisy" in table:
+        reasons = reasons.where(~(table["noisy"] == 1), reasons + "other processes busy; ")
+    if "cache_reached" in table:
+        reasons = reasons.where(~(table["cache_reached"] == 0),
+                                reasons + "cache state not reached; ")
+    flagged = table[reasons != ""].copy()
+    flagged["flag"] = reasons[reasons != ""].str.rstrip("; ")
+    return flagged
+
+
+def seed_comparison(seed_rows: list[dict], table: pd.DataFrame) -> pd.DataFrame:
+    """Each seed row beside the best matching row of this machine, by runtime."""
+    out = []
+    for seed in seed_rows:
+        keys = [k for k in AXIS_HINTS if k in seed and k in table]
+        match = table
+        for key in keys:
+            match = match[match[key] == seed[key]]
+        row = {**{k: seed[k] for k in keys}, "seed_runtime": seed.get("runtime", ""),
+               "seed_rate": seed["rate"]}
+        for runtime in ("python", "native", "erlang"):
+            found = match[match["runtime"] == runtime]
+            rate = float(found["rate"].max()) if not found.empty else float("nan")
+            row[f"{runtime}_rate"] = rate
+        here = row.get(f"{seed.get('runtime', '')}_rate", float("nan"))
+        if pd.isna(here):
+            here = row["python_rate"]
+        row["here_over_seed"] = here / seed["rate"] if pd.notna(here) else float("nan")
+        out.append(row)
+    frame = pd.DataFrame(out)
+    return frame.dropna(axis=1, how="all")
+
+
+def _img(path: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode()
+    return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
+
+
+def _claims_frame(claims: list[Claim]) -> pd.DataFrame:
+    return pd.DataFrame([c.as_row() for c in claims],
+                        columns=["experiment", "hypothesis", "criterion", "measured",
+                                 "verdict", "runtime", "reason"])
+
+
+def build(root: Path, experiment_names: list[str], cv_threshold: float) -> dict[str, Any]:
+    """Everything the report shows, as data (tables, claims, figure paths)."""
+    layout = Layout(root)
+    machine = json.loads(layout.machine.read_text())
+    skipped = json.loads(layout.skipped.read_text()) if layout.skipped.exists() else []
+    sections = []
+    all_claims: list[Claim] = []
+    for name in experiment_names:
+        analysis = module(name)
+        table = pd.read_csv(layout.table(name))
+        claims = analysis.claims(table)
+        all_claims += claims
+        grid = {axis: sorted(table[axis].dropna().unique().tolist(), key=str)
+                for axis in AXIS_HINTS if axis in table and table[axis].notna().any()}
+        sections.append({
+            "name": name,
+            "doc": (analysis.__doc__ or "").strip(),
+            "table": table,
+            "shown": table[[c for c in SHOWN if c in table]],
+            "grid": grid,
+            "claims": claims,
+            "seed": seed_comparison(getattr(analysis, "SEED_ROWS", []), table),
+            "seed_source": sorted({r.get("source", "") for r in getattr(analysis, "SEED_ROWS", [])}),
+            "notes": analysis.notes(table) if hasattr(analysis, "notes") else [],
+            "flags": flags(table, cv_threshold),
+            "figures": sorted(layout.plot_dir(name).glob("*.png")),
+            "skipped": [s for s in skipped if s["experiment"] == name],
+        })
+    return {"machine": machine, "sections": sections, "claims": _claims_frame(all_claims),
+            "git": _git(), "host": root.name, "cv_threshold": cv_threshold}
+
+
+def render_md(data: dict[str, Any]) -> str:
+    m = data["machine"]
+    out = [f"# perfgrid report: {data['host']}\n",
+           f"{m['cpu_model']}, {m['cpus_logical']} logical CPUs ({m['cpus_physical']} physical), "
+           f"{m['memory_bytes'] / 2**30:.1f} GiB, Linux {m['kernel']}, Python {m['python']}. "
+           f"Commit {data['git']['commit'][:12]} (dirty: {data['git']['dirty']}).\n",
+           "## Claims\n", md_table(data["claims"])]
+    for sec in data["sections"]:
+        out += [f"## {sec['name']}\n", sec["doc"] + "\n", "Grid: " + "; ".join(
+            f"{k} = {', '.join(map(str, v))}" for k, v in sec["grid"].items()) + "\n"]
+        out += [f"![{f.stem}](plots/{sec['name']}/{f.name})\n" for f in sec["figures"]]
+        out += ["### Seed figures beside this machine\n",
+                "Source: " + "; ".join(sec["seed_source"]) + "\n", md_table(sec["seed"])]
+        out += [f"- {n}\n" for n in sec["notes"]]
+        out += ["### This machine\n", md_table(sec["shown"])]
+        if not sec["flags"].empty:
+            out += ["### Flagged points\n", md_table(sec["flags"][
+                [c for c in SHOWN[:6] if c in sec["flags"]] + ["cv", "flag"]])]
+        if sec["skipped"]:
+            out += ["### Skipped points\n", md_table(pd.DataFrame(sec["skipped"]))]
+    return "\n".join(out)
+
+
+_CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
+color:#222}table{border-collapse:collapse;font-size:.85em;margin:1em 0}td,th{border:1px solid
+#ccc;padding:.2em .5em;text-align:right}th{background:#f3f3f3}img{max-width:100%}
+.reproduced{background:#dfd}.not{background:#fdd}.inconclusive{background:#ffd}"""
+
+
+def _html_table(frame: pd.DataFrame) -> str:
+    if frame.empty:
+        return "<p><em>(no rows)</em></p>"
+    return frame.to_html(index=False, escape=True, na_rep="", float_format=lambda v: f"{v:.4g}")
+
+
+def render_html(data: dict[str, Any]) -> str:
+    m = data["machine"]
+    esc = html.escape
+    rows = []
+    for _, c in data["claims"].iterrows():
+        cls = {"reproduced": "reproduced", "not reproduced": "not"}.get(c["verdict"],
+                                                                        "inconclusive")
+        rows.append("<tr>" + "".join(f"<td>{esc(str(c[k]))}</td>" for k in (
+            "experiment", "hypothesis", "criterion", "measured")) +
+            f'<td class="{cls}">{esc(c["verdict"])}</td><td>{esc(str(c["runtime"]))}</td>'
+            f"<td>{esc(str(c['reason']))}</td></tr>")
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>perfgrid report: {esc(data['host'])}</title><style>{_CSS}</style></head><body>",
+        f"<h1>perfgrid report: {esc(data['host'])}</h1>",
+        f"<p>{esc(m['cpu_model'])}, {m['cpus_logical']} logical CPUs ({m['cpus_physical']} "
+        f"physical), {m['memory_bytes'] / 2**30:.1f} GiB, Linux {esc(m['kernel'])}, Python "
+        f"{esc(m['python'])}. Commit <code>{esc(data['git']['commit'][:12])}</code> "
+        f"(dirty: {data['git']['dirty']}).</p>",
+        "<h2>Claims</h2><table><tr><th>experiment</th><th>hypothesis</th><th>criterion</th>"
+        "<th>measured</th><th>verdict</th><th>runtime</th><th>reason</th></tr>",
+        *rows, "</table>",
+    ]
+    for sec in data["sections"]:
+        parts += [f"<h2 id='{esc(sec['name'])}'>{esc(sec['name'])}</h2>",
+                  f"<p>{esc(sec['doc'])}</p><p>Grid: " + "; ".join(
+                      f"<b>{esc(k)}</b> = {esc(', '.join(map(str, v)))}"
+                      for k, v in sec["grid"].items()) + "</p>"]
+        parts += [_img(f) for f in sec["figures"]]
+        parts += ["<h3>Seed figures beside this machine</h3>",
+                  f"<p>Source: {esc('; '.join(sec['seed_source']))}</p>",
+                  _html_table(sec["seed"])]
+        parts += [f"<p>{esc(n)}</p>" for n in sec["notes"]]
+        parts += ["<h3>This machine</h3>", _html_table(sec["shown"])]
+        if not sec["flags"].empty:
+            parts += ["<h3>Flagged points</h3>", _html_table(sec["flags"][
+                [c for c in SHOWN[:6] if c in sec["flags"]] + ["cv", "flag"]])]
+        if sec["skipped"]:
+            parts += ["<h3>Skipped points</h3>", _html_table(pd.DataFrame(sec["skipped"]))]
+    parts += ["<h2>Machine</h2><pre>", esc(json.dumps(m, indent=2)), "</pre></body></html>"]
+    return "\n".join(parts)
+
+
+def main(root: Path, experiment_names: list[str], html_path: str, md_path: str,
+         cv_threshold: float) -> None:
+    data = build(root, experiment_names, cv_threshold)
+    write_text(md_path, render_md(data))
+    write_text(html_path, render_html(data))
+    print(f"report: {len(data['claims'])} claims over {len(experiment_names)} experiments")

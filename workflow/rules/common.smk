@@ -1,0 +1,102 @@
+# Validation, the effective config, grid expansion and the shared rules.
+import shlex
+import sys
+
+from snakemake.utils import validate
+
+from perfgrid import experiments, settings
+from perfgrid.paths import Layout
+
+
+validate(config, "../schemas/config.schema.yaml")
+try:
+    SETTINGS = settings.effective(config)
+except settings.ConfigError as err:
+    raise WorkflowError(f"invalid config: {err}") from None
+
+PYTHON = sys.executable
+LAYOUT = Layout.for_host(SETTINGS["host"], SETTINGS["results"])
+TESTFILE = SETTINGS["testfile"]["path"]
+SRC = "src/perfgrid"
+
+
+wildcard_constraints:
+    experiment="|".join(experiments.available()),
+    variant="[a-z_]+",
+    cache="warm|cold",
+    binding="none|single|compact|spread",
+    workers=r"\d+",
+    block_size=r"\d+",
+
+
+def runnable(experiment):
+    """Result files of the grid points this machine can run."""
+    points, _ = settings.split_grid(SETTINGS, experiment)
+    return [LAYOUT.raw_result(experiment, p) for p in points]
+
+
+def skipped_points():
+    """Grid points skipped on this machine, each with its reason."""
+    return [s for e in SETTINGS["experiments"] for s in settings.split_grid(SETTINGS, e)[1]]
+
+
+def bench_params(experiment):
+    """Command-line arguments of the pyperf harness for one job's wildcards."""
+
+    def args(wildcards):
+        exp = experiments.get(experiment)
+        words = []
+        for axis in exp.axes:
+            words += ["--point", f"{axis}={wildcards[axis]}"]
+        words += settings.measure_args(SETTINGS, experiment)
+        words += ["--lock", str(LAYOUT.bench_lock)]
+        words += ["--busy-share", str(SETTINGS["noise"]["busy_share"])]
+        return shlex.join(words)
+
+    return args
+
+
+def all_outputs():
+    out = [LAYOUT.report_html, LAYOUT.report_md]
+    for experiment in SETTINGS["experiments"]:
+        out.append(LAYOUT.table(experiment))
+        out.append(LAYOUT.plot_dir(experiment))
+    return out
+
+
+rule machine:
+    output:
+        LAYOUT.machine,
+    log:
+        LAYOUT.log("machine.log"),
+    params:
+        testfile=TESTFILE,
+    shell:
+        "{PYTHON} -m perfgrid.cli machine --testfile {params.testfile:q} {output:q} > {log:q} 2>&1"
+
+
+rule skipped:
+    output:
+        LAYOUT.skipped,
+    log:
+        LAYOUT.log("skipped.log"),
+    params:
+        skipped=skipped_points(),
+    run:
+        from perfgrid.atomic import write_json
+
+        write_json(output[0], params.skipped)
+
+
+rule testfile:
+    output:
+        data=TESTFILE,
+        facts=TESTFILE + ".json",
+    log:
+        LAYOUT.log("testfile.log"),
+    params:
+        size=SETTINGS["testfile"]["size_bytes"],
+        seed=SETTINGS["testfile"]["seed"],
+    shell:
+        "{PYTHON} -m perfgrid.cli testfile --size {params.size} --seed {params.seed} "
+        "{output.data:q} {output.facts:q} > {log:q} 2>&1"

@@ -1,0 +1,19 @@
+# file_read (seed E2): one pyperf job per grid point.
+
+
+rule file_read:
+    input:
+        testfile=TESTFILE,
+        workload=f"{SRC}/experiments/file_read.py",
+    output:
+        LAYOUT.raw_pattern("file_read", experiments.get("file_read").axes),
+    log:
+        LAYOUT.log_pattern("file_read", experiments.get("file_read").axes),
+    params:
+        bench=bench_params("file_read"),
+    threads: workflow.cores
+    resources:
+        bench=1,
+    shell:
+        "{PYTHON} -m perfgrid.bench file_read {params.bench} "
+        "--option testfile={input.testfile:q} --result {output:q} > {log:q} 2>&1"

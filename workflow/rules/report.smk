@@ -1,0 +1,60 @@
+# Tables, plots and the report: everything derived from the raw results.
+
+
+rule table:
+    input:
+        results=lambda w: runnable(w.experiment),
+        code=f"{SRC}/aggregate.py",
+    output:
+        report(
+            LAYOUT.table("{experiment}"),
+            caption="../report/table.rst",
+            category="{experiment}",
+            labels={"experiment": "{experiment}", "type": "table"},
+        ),
+    log:
+        LAYOUT.log("{experiment}", "table.log"),
+    shell:
+        "{PYTHON} -m perfgrid.cli table {wildcards.experiment} {output:q} {input.results:q} "
+        "> {log:q} 2>&1"
+
+
+rule plots:
+    input:
+        table=LAYOUT.table("{experiment}"),
+        code=f"{SRC}/analysis/{{experiment}}.py",
+    output:
+        figures=report(
+            directory(LAYOUT.plot_dir("{experiment}")),
+            patterns=["{figure}.png"],
+            caption="../report/plots.rst",
+            category="{experiment}",
+            labels={"experiment": "{experiment}", "figure": "{figure}"},
+        ),
+    log:
+        LAYOUT.log("{experiment}", "plots.log"),
+    shell:
+        "{PYTHON} -m perfgrid.cli plots {wildcards.experiment} {input.table:q} {output.figures:q} "
+        "> {log:q} 2>&1"
+
+
+rule report:
+    input:
+        tables=[LAYOUT.table(e) for e in SETTINGS["experiments"]],
+        figures=[LAYOUT.plot_dir(e) for e in SETTINGS["experiments"]],
+        machine=LAYOUT.machine,
+        skipped=LAYOUT.skipped,
+        code=f"{SRC}/report.py",
+    output:
+        html=report(LAYOUT.report_html, caption="../report/report.rst", category="report"),
+        md=LAYOUT.report_md,
+    log:
+        LAYOUT.log("report.log"),
+    params:
+        experiments=SETTINGS["experiments"],
+        testfile_facts=TESTFILE + ".json" if "file_read" in SETTINGS["experiments"] else "",
+        noise=SETTINGS["noise"],
+    shell:
+        "{PYTHON} -m perfgrid.cli report --root {LAYOUT.root:q} "
+        "--experiments {params.experiments:q} --cv-threshold {params.noise[cv_threshold]} "
+        "--html {output.html:q} --md {output.md:q} > {log:q} 2>&1"
