@@ -143,9 +143,10 @@ def main(argv: list[str] | None = None) -> None:
         busy = noise.wait_until_quiet(args.busy_share)
         print(f"perfgrid: measuring {name}", file=sys.stderr, flush=True)
         bench = runner.bench_time_func(name, lambda loops: 0.0)
+        finished = time.time()
     if bench is None:
         raise SystemExit(f"{name}: pyperf produced no benchmark")
-    bench.update_metadata({**busy, "perfgrid_started": started})
+    bench.update_metadata({**busy, "perfgrid_started": started, "perfgrid_finished": finished})
     with atomic_path(args.result) as tmp:
         bench.dump(str(tmp))
     print(f"perfgrid: wrote {args.result} ({time.time() - started:.1f} s)", file=sys.stderr)

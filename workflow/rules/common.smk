@@ -1,4 +1,5 @@
 # Validation, the effective config, grid expansion and the shared rules.
+import os
 import shlex
 import sys
 
@@ -17,7 +18,11 @@ except settings.ConfigError as err:
 PYTHON = sys.executable
 LAYOUT = Layout.for_host(SETTINGS["host"], SETTINGS["results"])
 TESTFILE = SETTINGS["testfile"]["path"]
-SRC = "src/perfgrid"
+try:  # benchmark jobs take every core, so nothing runs beside them
+    BENCH_THREADS = workflow.cores
+except WorkflowError:  # --report, --lint and dry runs without --cores
+    BENCH_THREADS = 1
+SRC = os.path.relpath(os.path.join(workflow.basedir, "src", "perfgrid"))
 
 
 wildcard_constraints:

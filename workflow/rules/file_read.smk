@@ -11,7 +11,7 @@ rule file_read:
         LAYOUT.log_pattern("file_read", experiments.get("file_read").axes),
     params:
         bench=bench_params("file_read"),
-    threads: workflow.cores
+    threads: BENCH_THREADS
     resources:
         bench=1,
     shell:

@@ -1,0 +1,40 @@
+# perfgrid: `make reproduce` runs the full reproduction, `make test` the test suite.
+# Both set everything up on a fresh Debian machine with Python 3.11+.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+CORES  ?= 16
+# Debian packages the benchmarks compare against; missing ones are skipped, never faked.
+DEBS   ?= fio apache2-utils gcc
+
+.PHONY: reproduce quick test lint setup system-packages clean
+
+reproduce: setup
+	$(BIN)/snakemake --cores $(CORES)
+
+quick: setup
+	$(BIN)/snakemake --cores 2 --configfile config/quick.yaml
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+lint: setup
+	$(BIN)/ruff check src tests
+	$(BIN)/snakemake --lint
+
+setup: $(VENV)/.installed system-packages
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+# Installs what apt can (as root, or through sudo); otherwise prints what is missing
+# and why those rows will be skipped.
+system-packages:
+	@bash .ci/system-packages.sh $(DEBS)
+
+clean:
+	rm -rf $(VENV) .snakemake
