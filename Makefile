@@ -7,6 +7,8 @@ BIN    := $(VENV)/bin
 CORES  ?= 16
 # Debian packages the benchmarks compare against; missing ones are skipped, never faked.
 DEBS   ?= fio apache2-utils gcc
+# ... and what the tests use besides: a real browser for the report check.
+TEST_DEBS ?= $(DEBS) chromium
 
 .PHONY: reproduce quick test lint setup system-packages clean
 
@@ -16,7 +18,8 @@ reproduce: setup
 quick: setup
 	$(BIN)/snakemake --cores 2 --configfile config/quick.yaml
 
-test: setup
+test: $(VENV)/.installed
+	@bash .ci/system-packages.sh $(TEST_DEBS)
 	$(BIN)/python -m pytest -q
 
 lint: setup

@@ -6,7 +6,26 @@ configfile: "config/config.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/file_read.smk"
+include: "workflow/rules/syscall.smk"
+include: "workflow/rules/spawn.smk"
+include: "workflow/rules/http.smk"
+include: "workflow/rules/timers.smk"
+include: "workflow/rules/ring.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/archive.smk"
+
+
+# With a cluster executor (profiles/slurm) these run where Snakemake runs: they
+# measure nothing and read only results. Every other job runs on a node.
+localrules:
+    all,
+    used_config,
+    skipped,
+    table,
+    plots,
+    report,
+    archive,
+    compare,
 
 
 rule all:

@@ -8,8 +8,9 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from conftest import REPO, snakemake, write_config
 from perfgrid import settings
+
+from conftest import REPO, snakemake, write_config
 
 SCHEMA = str(REPO / "workflow" / "schemas" / "config.schema.yaml")
 BASE = yaml.safe_load((REPO / "config" / "config.yaml").read_text())

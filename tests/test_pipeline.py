@@ -3,78 +3,19 @@
 from __future__ import annotations
 
 import json
-import re
-import shutil
 import time
-from pathlib import Path
 
 import pandas as pd
 import pyperf
 import pytest
 import yaml
 
-from conftest import REPO, SNAKEMAKE
 from perfgrid import settings
 from perfgrid.analysis import VERDICTS
 
+from conftest import CONFIG, REPO, SNAKEMAKE, edit, job_counts, run
+
 pytestmark = pytest.mark.pipeline
-
-CONFIG = {
-    "host": "tiny",
-    "experiments": ["file_read"],
-    "testfile": {"size": "8MiB", "seed": 3},
-    "file_read": {
-        "variants": ["read", "readinto", "whole", "pread_parallel", "dd", "fio"],
-        "block_sizes": [65536],
-        "parallel_block_sizes": [1048576],
-        "workers": [1, 2],
-        "bindings": ["none", "single"],
-        "caches": ["warm"],
-        "measure": {"processes": 1, "values": 2, "warmups": 0, "loops": 1},
-    },
-}
-
-
-def run(tree: Path, *args: str) -> str:
-    import subprocess
-
-    result = subprocess.run(
-        [*SNAKEMAKE, "--configfile", str(tree / "tiny.yaml"), *args],
-        cwd=tree, capture_output=True, text=True, timeout=900,
-    )
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-4000:]
-    return output
-
-
-def edit(path: Path) -> None:
-    """Change a source file's content (Snakemake compares content, not just mtime)."""
-    with open(path, "a") as handle:
-        handle.write("\n# edited by a test\n")
-
-
-def job_counts(output: str) -> dict[str, int]:
-    """Rule -> job count from Snakemake's "Job stats" table."""
-    stats = output.split("Job stats:", 1)[1]
-    return {m.group(1): int(m.group(2))
-            for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.MULTILINE)
-            if m.group(1) != "total"}
-
-
-@pytest.fixture(scope="module")
-def tree(tmp_path_factory) -> Path:
-    """A copy of the workflow (so edits stay here) after one complete run."""
-    root = tmp_path_factory.mktemp("tree")
-    for name in ("Snakefile", "workflow", "config", "profiles", "src"):
-        src = REPO / name
-        if src.is_dir():
-            shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(src, root / name)
-    (root / "tiny.yaml").write_text(yaml.safe_dump(CONFIG))
-    run(root, "--cores", "2")
-    return root
-
 
 def effective() -> dict:
     from snakemake.utils import validate
@@ -122,7 +63,7 @@ def test_no_two_benchmark_jobs_overlapped(tree):
                      for p in (tree / "results/tiny/raw").rglob("*.json"))
     )
     assert len(spans) >= 7
-    for (_, end), (start, _) in zip(spans, spans[1:]):
+    for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
         assert start >= end
 
 
@@ -155,3 +96,67 @@ def test_report_zip_has_every_plot(tree):
     names = zipfile.ZipFile(tree / "report.zip").namelist()
     assert any(n.endswith("throughput_by_block_size.png") for n in names)
     assert any(n.endswith("parallel_by_workers.png") for n in names)
+
+
+def test_archive_round_trip(tree, tmp_path):
+    import subprocess
+    import tarfile
+
+    from perfgrid import archive
+
+    run(tree, "--cores", "1", "archive")
+    (made,) = (tree / "results/archive").glob("perfgrid-tiny-*.tar.gz")
+    assert archive.verify(made) == []
+    cli = subprocess.run([*SNAKEMAKE[:1], "-m", "perfgrid.cli", "verify", str(made)],
+                         capture_output=True, text=True)
+    assert cli.returncode == 0 and "OK" in cli.stdout
+
+    # tamper one byte of one table: verify names it and fails
+    tampered = tmp_path / "tampered.tar.gz"
+    with tarfile.open(made) as src, tarfile.open(tampered, "w:gz") as dst:
+        for member in src:
+            data = src.extractfile(member).read() if member.isfile() else None
+            if member.name.endswith("tables/file_read.csv"):
+                data = data[:-2] + bytes([data[-2] ^ 1]) + data[-1:]
+            dst.addfile(member, __import__("io").BytesIO(data) if data is not None else None)
+    problems = archive.verify(tampered)
+    assert problems == ["changed: results/tiny/tables/file_read.csv"]
+    cli = subprocess.run([*SNAKEMAKE[:1], "-m", "perfgrid.cli", "verify", str(tampered)],
+                         capture_output=True, text=True)
+    assert cli.returncode == 1 and "changed" in cli.stdout
+
+    # extracted elsewhere, the workflow plans nothing
+    top = archive.extract(made, tmp_path / "extracted")
+    result = subprocess.run(
+        [*SNAKEMAKE, "-n", "--configfile", "results/tiny/config.used.yaml"],
+        cwd=top, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Nothing to be done" in result.stdout + result.stderr
+
+    # and a comparison of the folder against the archive: identical, not significant
+    out = tmp_path / "cmp"
+    cli = subprocess.run([*SNAKEMAKE[:1], "-m", "perfgrid.cli", "compare",
+                          str(tree / "results/tiny"), str(made), "--out", str(out)],
+                         capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stderr
+    md = (out / "compare.md").read_text()
+    assert "| significant |" not in md and "not significant" in md
+    assert (out / "file_read_ratio.png").exists()
+
+
+def test_archive_never_extracts_outside_its_folder(tmp_path):
+    import io
+    import tarfile
+
+    from perfgrid import archive
+
+    evil = tmp_path / "evil.tar.gz"
+    with tarfile.open(evil, "w:gz") as tar:
+        for name in ("top/ok.txt", "top/../../escaped.txt"):
+            info = tarfile.TarInfo(name)
+            info.size = 2
+            tar.addfile(info, io.BytesIO(b"hi"))
+    with pytest.raises(ValueError, match="outside"):
+        archive.extract(evil, tmp_path / "target")
+    assert not (tmp_path / "escaped.txt").exists()
+    assert not (tmp_path / "target" / "top" / "ok.txt").exists()

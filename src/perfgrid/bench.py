@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
+import os
 import sys
 import time
 from contextlib import contextmanager
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pyperf
 
-from perfgrid import experiments, noise
+from perfgrid import experiments, lifetime, noise
 from perfgrid.atomic import atomic_path
 from perfgrid.experiments.base import Case
 
@@ -99,6 +100,12 @@ class _HookEntry:
         return _ObservationHook
 
 
+def _slurm_metadata() -> dict[str, str]:
+    """The SLURM job and node this result was measured in, when run by SLURM."""
+    names = {"SLURM_JOB_ID": "perfgrid_slurm_job_id", "SLURMD_NODENAME": "perfgrid_node"}
+    return {key: os.environ[var] for var, key in names.items() if os.environ.get(var)}
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--hook" not in argv:
@@ -125,6 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     runner.metadata.update(standard_metadata(experiment.name, point, experiment.runtime(point)))
 
     if args.worker:
+        lifetime.die_with_parent()
         case = experiment.prepare(point, options)
         _ObservationHook.case = case
         try:
@@ -138,6 +146,7 @@ def main(argv: list[str] | None = None) -> None:
 
     if not args.result:
         raise SystemExit("--result PATH is required")
+    lifetime.watch_snakemake()
     with exclusive(args.lock):
         started = time.time()
         busy = noise.wait_until_quiet(args.busy_share)
@@ -146,7 +155,8 @@ def main(argv: list[str] | None = None) -> None:
         finished = time.time()
     if bench is None:
         raise SystemExit(f"{name}: pyperf produced no benchmark")
-    bench.update_metadata({**busy, "perfgrid_started": started, "perfgrid_finished": finished})
+    bench.update_metadata({**busy, "perfgrid_started": started, "perfgrid_finished": finished,
+                           **_slurm_metadata()})
     with atomic_path(args.result) as tmp:
         bench.dump(str(tmp))
     print(f"perfgrid: wrote {args.result} ({time.time() - started:.1f} s)", file=sys.stderr)

@@ -53,7 +53,42 @@ def _plots(args: argparse.Namespace) -> None:
 def _report(args: argparse.Namespace) -> None:
     from perfgrid import report
 
-    report.main(Path(args.root), args.experiments, args.html, args.md, args.cv_threshold)
+    report.main(Path(args.root), args.experiments, args.html, args.md, args.cv_threshold,
+                args.testfile_facts)
+
+
+def _archive(args: argparse.Namespace) -> None:
+    from perfgrid import archive
+
+    out = archive.create(Path(args.root), Path(args.output))
+    print(f"archive: {out} ({out.stat().st_size / 1e6:.1f} MB)")
+
+
+def _verify(args: argparse.Namespace) -> None:
+    from perfgrid import archive
+
+    raise SystemExit(archive.main_verify(args.archives))
+
+
+def _extract(args: argparse.Namespace) -> None:
+    from perfgrid import archive
+
+    print(archive.extract(Path(args.archive), Path(args.target)))
+
+
+def _compare(args: argparse.Namespace) -> None:
+    from perfgrid import compare
+
+    tables = compare.compare(args.a, args.b, Path(args.out))
+    for name, table in tables.items():
+        print(f"{name}: {len(table)} points compared")
+    print(f"comparison written to {args.out}")
+
+
+def _summary(args: argparse.Namespace) -> None:
+    from perfgrid import compare
+
+    compare.summary(args.roots, args.out_md, args.out_html)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -90,7 +125,34 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--html", required=True)
     p.add_argument("--md", required=True)
     p.add_argument("--cv-threshold", type=float, default=0.05)
+    p.add_argument("--testfile-facts", default="", help="the test file's sidecar JSON")
     p.set_defaults(func=_report)
+
+    p = sub.add_parser("archive", help="pack a result set with code, config and a manifest")
+    p.add_argument("root", help="results/<host>")
+    p.add_argument("output", help="the .tar.gz to write")
+    p.set_defaults(func=_archive)
+
+    p = sub.add_parser("verify", help="check archives against their SHA-256 manifest")
+    p.add_argument("archives", nargs="+")
+    p.set_defaults(func=_verify)
+
+    p = sub.add_parser("extract", help="extract an archive safely into a folder")
+    p.add_argument("archive")
+    p.add_argument("target")
+    p.set_defaults(func=_extract)
+
+    p = sub.add_parser("compare", help="compare two result sets (folders or archives)")
+    p.add_argument("a", help="results/<host> or an archive")
+    p.add_argument("b", help="results/<host> or an archive")
+    p.add_argument("--out", default="results/compare", help="output folder")
+    p.set_defaults(func=_compare)
+
+    p = sub.add_parser("summary", help="every host's rates side by side")
+    p.add_argument("roots", nargs="+", help="results/<host> folders")
+    p.add_argument("--out-md", required=True)
+    p.add_argument("--out-html", required=True)
+    p.set_defaults(func=_summary)
 
     args = parser.parse_args(argv)
     try:

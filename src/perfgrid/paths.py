@@ -35,8 +35,14 @@ class Layout:
         return self.root / "skipped.json"
 
     @property
-    def effective_config(self) -> Path:
-        return self.root / "config.effective.yaml"
+    def used_config(self) -> Path:
+        """The config as validated (defaults filled in), for provenance and archives."""
+        return self.root / "config.used.yaml"
+
+    @property
+    def run_record(self) -> Path:
+        """When and how the latest run was started (written by Snakemake's onstart)."""
+        return self.root / "run.json"
 
     @property
     def bench_lock(self) -> Path:

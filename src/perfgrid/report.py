@@ -11,19 +11,19 @@ import base64
 import html
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from perfgrid import experiments
 from perfgrid.analysis import Claim, module
 from perfgrid.atomic import write_text
 from perfgrid.paths import REPO, Layout
 
-SHOWN = ["runtime", "variant", "cache", "binding", "workers", "block_size", "n_values",
-         "mean_s", "cv", "rate", "rate_unit", "ratio_to_native"]
-AXIS_HINTS = ("variant", "cache", "binding", "workers", "block_size", "call", "primitive",
-              "chains", "tasks", "seeding", "gc", "concurrency", "keepalive", "client")
+#: statistics shown after the axes in each experiment's table
+STATS = ["n_values", "mean_s", "cv", "rate", "rate_unit", "ratio_to_native"]
 
 
 def md_table(frame: pd.DataFrame) -> str:
@@ -72,11 +72,12 @@ def flags(table: pd.DataFrame, cv_threshold: float) -> pd.DataFrame:
     return flagged
 
 
-def seed_comparison(seed_rows: list[dict], table: pd.DataFrame) -> pd.DataFrame:
+def seed_comparison(seed_rows: list[dict], table: pd.DataFrame,
+                    axes: tuple[str, ...]) -> pd.DataFrame:
     """Each seed row beside the best matching row of this machine, by runtime."""
     out = []
     for seed in seed_rows:
-        keys = [k for k in AXIS_HINTS if k in seed and k in table]
+        keys = [k for k in axes if k in seed and k in table]
         match = table
         for key in keys:
             match = match[match[key] == seed[key]]
@@ -115,27 +116,57 @@ def build(root: Path, experiment_names: list[str], cv_threshold: float) -> dict[
     all_claims: list[Claim] = []
     for name in experiment_names:
         analysis = module(name)
+        axes = experiments.get(name).axes
         table = pd.read_csv(layout.table(name))
+        shown = ["runtime", *axes, *STATS, *getattr(analysis, "EXTRA_COLUMNS", [])]
+        seed_rows = getattr(analysis, "SEED_ROWS", [])
         claims = analysis.claims(table)
         all_claims += claims
         grid = {axis: sorted(table[axis].dropna().unique().tolist(), key=str)
-                for axis in AXIS_HINTS if axis in table and table[axis].notna().any()}
+                for axis in axes if axis in table and table[axis].notna().any()}
         sections.append({
             "name": name,
             "doc": (analysis.__doc__ or "").strip(),
             "table": table,
-            "shown": table[[c for c in SHOWN if c in table]],
+            "shown": table[[c for c in dict.fromkeys(shown) if c in table]],
+            "axes": list(axes),
             "grid": grid,
             "claims": claims,
-            "seed": seed_comparison(getattr(analysis, "SEED_ROWS", []), table),
-            "seed_source": sorted({r.get("source", "") for r in getattr(analysis, "SEED_ROWS", [])}),
+            "seed": seed_comparison(seed_rows, table, axes),
+            "seed_source": sorted({r.get("source", "") for r in seed_rows}),
             "notes": analysis.notes(table) if hasattr(analysis, "notes") else [],
             "flags": flags(table, cv_threshold),
             "figures": sorted(layout.plot_dir(name).glob("*.png")),
             "skipped": [s for s in skipped if s["experiment"] == name],
         })
     return {"machine": machine, "sections": sections, "claims": _claims_frame(all_claims),
-            "git": _git(), "host": root.name, "cv_threshold": cv_threshold}
+            "git": _git(), "host": root.name, "cv_threshold": cv_threshold,
+            "provenance": provenance(layout, sections)}
+
+
+def provenance(layout: Layout, sections: list[dict[str, Any]]) -> dict[str, Any]:
+    """How this result set came to be: command, times, config as used."""
+    run = json.loads(layout.run_record.read_text()) if layout.run_record.exists() else {}
+    walls = {}
+    first, last = float("inf"), 0.0
+    for sec in sections:
+        table = sec["table"]
+        if {"started", "finished"} <= set(table.columns) and len(table):
+            walls[sec["name"]] = float((table["finished"] - table["started"]).sum())
+            first = min(first, float(table["started"].min()))
+            last = max(last, float(table["finished"].max()))
+    stamp = "%Y-%m-%d %H:%M:%S UTC"
+    return {
+        "command": " ".join(run.get("argv", [])) or "unknown",
+        "snakemake": run.get("snakemake", "unknown"),
+        "run_started": time.strftime(stamp, time.gmtime(run["started"])) if run else "unknown",
+        "first_measurement": time.strftime(stamp, time.gmtime(first)) if walls else "n/a",
+        "last_measurement": time.strftime(stamp, time.gmtime(last)) if walls else "n/a",
+        "report_written": time.strftime(stamp, time.gmtime()),
+        "benchmark_seconds": {k: round(v, 1) for k, v in walls.items()},
+        "benchmark_seconds_total": round(sum(walls.values()), 1),
+        "config": layout.used_config.read_text() if layout.used_config.exists() else "",
+    }
 
 
 def render_md(data: dict[str, Any]) -> str:
@@ -155,9 +186,13 @@ def render_md(data: dict[str, Any]) -> str:
         out += ["### This machine\n", md_table(sec["shown"])]
         if not sec["flags"].empty:
             out += ["### Flagged points\n", md_table(sec["flags"][
-                [c for c in SHOWN[:6] if c in sec["flags"]] + ["cv", "flag"]])]
+                ["runtime", *sec["axes"], "cv", "flag"]])]
         if sec["skipped"]:
             out += ["### Skipped points\n", md_table(pd.DataFrame(sec["skipped"]))]
+    prov = data["provenance"]
+    out += ["## Provenance\n"]
+    out += [f"- {key.replace('_', ' ')}: {prov[key]}" for key in prov if key != "config"]
+    out += ["", "Config as used:\n", "```yaml", prov["config"].rstrip(), "```\n"]
     return "\n".join(out)
 
 
@@ -209,16 +244,27 @@ def render_html(data: dict[str, Any]) -> str:
         parts += ["<h3>This machine</h3>", _html_table(sec["shown"])]
         if not sec["flags"].empty:
             parts += ["<h3>Flagged points</h3>", _html_table(sec["flags"][
-                [c for c in SHOWN[:6] if c in sec["flags"]] + ["cv", "flag"]])]
+                ["runtime", *sec["axes"], "cv", "flag"]])]
         if sec["skipped"]:
             parts += ["<h3>Skipped points</h3>", _html_table(pd.DataFrame(sec["skipped"]))]
+    prov = data["provenance"]
+    parts += ["<h2>Provenance</h2><ul>"]
+    parts += [f"<li>{esc(key.replace('_', ' '))}: {esc(str(prov[key]))}</li>"
+              for key in prov if key != "config"]
+    parts += ["</ul><details><summary>Config as used</summary><pre>", esc(prov["config"]),
+              "</pre></details>"]
     parts += ["<h2>Machine</h2><pre>", esc(json.dumps(m, indent=2)), "</pre></body></html>"]
     return "\n".join(parts)
 
 
 def main(root: Path, experiment_names: list[str], html_path: str, md_path: str,
-         cv_threshold: float) -> None:
+         cv_threshold: float, testfile_facts: str = "") -> None:
     data = build(root, experiment_names, cv_threshold)
+    if testfile_facts not in ("", "none") and Path(testfile_facts).exists():
+        facts = json.loads(Path(testfile_facts).read_text())
+        data["provenance"]["test_file"] = (
+            f"{facts['size']:,} bytes, seed {facts['seed']}, sha256 {facts['sha256']}, "
+            f"generated at {facts['bytes_per_s'] / 1e9:.2f} GB/s")
     write_text(md_path, render_md(data))
     write_text(html_path, render_html(data))
     print(f"report: {len(data['claims'])} claims over {len(experiment_names)} experiments")

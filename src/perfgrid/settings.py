@@ -9,6 +9,7 @@ names the config key and what is allowed, and is raised before any job runs.
 from __future__ import annotations
 
 import copy
+import os
 import socket
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,20 @@ def effective(config: dict[str, Any], check_disk: bool = True) -> dict[str, Any]
     for name in cfg["experiments"]:
         section = cfg.setdefault(name, {})
         section["measure"] = {**cfg.get("measure", {}), **(section.get("measure") or {})}
+    if check_disk:
+        _writable(layout.root, "results")
     return cfg
+
+
+def _writable(folder: Path, key: str) -> None:
+    """Raise unless files can be created in ``folder`` (made if missing)."""
+    probe = folder / f".perfgrid-write-probe-{os.getpid()}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise ConfigError(f"{key}: cannot write results to {folder}: {err.strerror}") from None
 
 
 def _outside_sources(path: str, key: str) -> None:

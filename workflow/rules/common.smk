@@ -2,6 +2,7 @@
 import os
 import shlex
 import sys
+import time
 
 from snakemake.utils import validate
 
@@ -15,14 +16,34 @@ try:
 except settings.ConfigError as err:
     raise WorkflowError(f"invalid config: {err}") from None
 
-PYTHON = sys.executable
+# Jobs run `python` and import perfgrid from this checkout: the interpreter
+# running Snakemake comes first on PATH (its venv), src/ on PYTHONPATH.
+os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    filter(None, [os.path.join(workflow.basedir, "src"), os.environ.get("PYTHONPATH")])
+)
+CONDA_ENV = "../envs/perfgrid.yaml"
+PYTHON = "python"  # deprecated spelling kept for rules not yet converted
 LAYOUT = Layout.for_host(SETTINGS["host"], SETTINGS["results"])
 TESTFILE = SETTINGS["testfile"]["path"]
 try:  # benchmark jobs take every core, so nothing runs beside them
     BENCH_THREADS = workflow.cores
-except WorkflowError:  # --report, --lint and dry runs without --cores
-    BENCH_THREADS = 1
+except WorkflowError:  # no --cores: a cluster run (profiles/slurm), --report, --lint, dry runs
+    # the grid's largest worker count: the CPUs a benchmark job asks SLURM for
+    BENCH_THREADS = max(
+        (int(p.get("workers", 1)) for e in SETTINGS["experiments"]
+         for p in settings.grid(SETTINGS, e)),
+        default=1,
+    )
 SRC = os.path.relpath(os.path.join(workflow.basedir, "src", "perfgrid"))
+
+
+onstart:
+    from perfgrid.atomic import write_json
+    from snakemake import __version__ as snakemake_version
+
+    write_json(LAYOUT.run_record, {"argv": sys.argv, "started": time.time(),
+                                   "cwd": os.getcwd(), "snakemake": snakemake_version})
 
 
 wildcard_constraints:
@@ -62,7 +83,7 @@ def bench_params(experiment):
 
 
 def all_outputs():
-    out = [LAYOUT.report_html, LAYOUT.report_md]
+    out = [LAYOUT.report_html, LAYOUT.report_md, LAYOUT.used_config]
     for experiment in SETTINGS["experiments"]:
         out.append(LAYOUT.table(experiment))
         out.append(LAYOUT.plot_dir(experiment))
@@ -76,8 +97,25 @@ rule machine:
         LAYOUT.log("machine.log"),
     params:
         testfile=TESTFILE,
+    conda:
+        CONDA_ENV
     shell:
-        "{PYTHON} -m perfgrid.cli machine --testfile {params.testfile:q} {output:q} > {log:q} 2>&1"
+        "python -m perfgrid.cli machine --testfile {params.testfile:q} {output:q} > {log:q} 2>&1"
+
+
+rule used_config:
+    output:
+        LAYOUT.used_config,
+    log:
+        LAYOUT.log("used_config.log"),
+    params:
+        config=config,
+    run:
+        import yaml
+
+        from perfgrid.atomic import write_text
+
+        write_text(output[0], yaml.safe_dump(params.config, sort_keys=True))
 
 
 rule skipped:
@@ -95,13 +133,17 @@ rule skipped:
 
 rule testfile:
     output:
-        data=TESTFILE,
+        # temp: regenerated in seconds when needed, never archived; once every
+        # benchmark that reads it is done, Snakemake removes it
+        data=temp(TESTFILE),
         facts=TESTFILE + ".json",
     log:
         LAYOUT.log("testfile.log"),
     params:
         size=SETTINGS["testfile"]["size_bytes"],
         seed=SETTINGS["testfile"]["seed"],
+    conda:
+        CONDA_ENV
     shell:
-        "{PYTHON} -m perfgrid.cli testfile --size {params.size} --seed {params.seed} "
+        "python -m perfgrid.cli testfile --size {params.size} --seed {params.seed} "
         "{output.data:q} {output.facts:q} > {log:q} 2>&1"

@@ -14,6 +14,8 @@ rule file_read:
     threads: BENCH_THREADS
     resources:
         bench=1,
+    conda:
+        CONDA_ENV
     shell:
-        "{PYTHON} -m perfgrid.bench file_read {params.bench} "
+        "python -m perfgrid.bench file_read {params.bench} "
         "--option testfile={input.testfile:q} --result {output:q} > {log:q} 2>&1"

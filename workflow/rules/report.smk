@@ -14,8 +14,10 @@ rule table:
         ),
     log:
         LAYOUT.log("{experiment}", "table.log"),
+    conda:
+        CONDA_ENV
     shell:
-        "{PYTHON} -m perfgrid.cli table {wildcards.experiment} {output:q} {input.results:q} "
+        "python -m perfgrid.cli table {wildcards.experiment} {output:q} {input.results:q} "
         "> {log:q} 2>&1"
 
 
@@ -33,8 +35,10 @@ rule plots:
         ),
     log:
         LAYOUT.log("{experiment}", "plots.log"),
+    conda:
+        CONDA_ENV
     shell:
-        "{PYTHON} -m perfgrid.cli plots {wildcards.experiment} {input.table:q} {output.figures:q} "
+        "python -m perfgrid.cli plots {wildcards.experiment} {input.table:q} {output.figures:q} "
         "> {log:q} 2>&1"
 
 
@@ -44,6 +48,7 @@ rule report:
         figures=[LAYOUT.plot_dir(e) for e in SETTINGS["experiments"]],
         machine=LAYOUT.machine,
         skipped=LAYOUT.skipped,
+        used_config=LAYOUT.used_config,
         code=f"{SRC}/report.py",
     output:
         html=report(LAYOUT.report_html, caption="../report/report.rst", category="report"),
@@ -52,9 +57,13 @@ rule report:
         LAYOUT.log("report.log"),
     params:
         experiments=SETTINGS["experiments"],
-        testfile_facts=TESTFILE + ".json" if "file_read" in SETTINGS["experiments"] else "",
+        testfile_facts=TESTFILE + ".json" if "file_read" in SETTINGS["experiments"] else "none",
         noise=SETTINGS["noise"],
+        root=lambda w, input: os.path.dirname(input.machine),
+    conda:
+        CONDA_ENV
     shell:
-        "{PYTHON} -m perfgrid.cli report --root {LAYOUT.root:q} "
+        "python -m perfgrid.cli report --root {params.root:q} "
         "--experiments {params.experiments:q} --cv-threshold {params.noise[cv_threshold]} "
+        "--testfile-facts {params.testfile_facts:q} "
         "--html {output.html:q} --md {output.md:q} > {log:q} 2>&1"

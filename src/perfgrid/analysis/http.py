@@ -1,0 +1,205 @@
+"""http: the seed's E5 a claims (no published numbers), this machine's plots and verdicts."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from perfgrid.analysis import Claim, inconclusive, save  # noqa: E402
+
+NAME = "http"
+SOURCE = ("seed E5 a (004_cee54dc8e5b26200.txt), 2x quad Xeon E5450, R12B-5 vs R13A, "
+          "4 vs 8 schedulers, ab -c up to 1000 -n 100000")
+#: the seed shows E5 a only as charts; it prints no figure we could quote as a row
+SEED_ROWS: list[dict] = []
+SEED_LOAD = {"client": "ab", "keepalive": "off"}
+#: a bound configuration gets this share more requests/s than the unbound one to "help"
+HELPS = 1.05
+MORE_WORKERS_HELP = 1.10
+#: requests/s at 1000 connections at most this share of those at 500: a steep drop
+STEEP = 0.70
+#: the seed's binding (thread_no_node_processor_spread) first
+BOUND = ("spread", "compact", "single")
+OTHER_AXES = ["variant", "client", "keepalive", "binding", "workers", "concurrency"]
+
+
+def _load_label(table: pd.DataFrame) -> pd.Series:
+    return table["client"].astype(str) + ", keep-alive " + table["keepalive"].astype(str)
+
+
+def _seed_like(table: pd.DataFrame) -> pd.DataFrame:
+    """Rows loaded like the seed (ab without keep-alive)."""
+    return table[(table["client"] == "ab") & (table["keepalive"] == "off")]
+
+
+def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
+    """Requests/s, p99 latency and CPU used, each vs concurrency, per workers and binding."""
+    written: list[Path] = []
+    if table.empty:
+        return written
+    sns.set_theme(style="whitegrid", context="paper")
+    workers = sorted(table["workers"].astype(int).unique())
+    data = table.assign(load=_load_label(table), krps=table["rate"] / 1e3,
+                        workers=table["workers"].astype(int).astype(str))
+    facets = {"col": "variant", "row": "load", "height": 3.0, "aspect": 1.25,
+              "hue_order": [str(w) for w in workers], "palette": "deep",
+              "col_order": sorted(data["variant"].unique()),
+              "row_order": sorted(data["load"].unique()),
+              "facet_kws": {"sharey": False, "margin_titles": True}}
+
+    grid = sns.relplot(data=data, x="concurrency", y="krps", hue="workers", style="binding",
+                       style_order=[b for b in ("none", "single", "compact", "spread")
+                                    if b in set(data["binding"])],
+                       kind="line", markers=True, dashes=True, **facets)
+    grid.set(xscale="log", xlabel="concurrency (connections)", ylabel="requests/s (thousands)")
+    for ax in grid.axes.flat:
+        ax.set_ylim(bottom=0)
+    grid.figure.suptitle("http: requests/s by concurrency, per workers and binding", y=1.02)
+    written += save(grid.figure, out_dir, "rate_by_concurrency")
+
+    if "latency_p99_ms" in data and data["latency_p99_ms"].notna().any():
+        grid = sns.relplot(data=data, x="concurrency", y="latency_p99_ms", hue="workers",
+                           style="binding", kind="line", markers=True, **facets)
+        grid.set(xscale="log", yscale="log", xlabel="concurrency (connections)",
+                 ylabel="p99 latency (ms)")
+        grid.figure.suptitle("http: 99th percentile latency by concurrency", y=1.02)
+        written += save(grid.figure, out_dir, "latency_p99_by_concurrency")
+
+    if {"server_cpus", "client_cpus"} <= set(data.columns):
+        cpu = data.melt(id_vars=["variant", "load", "binding", "workers", "concurrency"],
+                        value_vars=["server_cpus", "client_cpus"], var_name="process",
+                        value_name="cpus_used")
+        cpu["process"] = cpu["process"].str.removesuffix("_cpus")
+        grid = sns.relplot(data=cpu, x="concurrency", y="cpus_used", hue="workers",
+                           style="process", kind="line", markers=True, errorbar=None,
+                           **facets)
+        grid.set(xscale="log", xlabel="concurrency (connections)",
+                 ylabel="CPUs used (CPU-seconds per second)")
+        for ax in grid.axes.flat:
+            ax.set_ylim(bottom=0)
+        grid.figure.suptitle("http: CPU the server workers and the load generator got "
+                             "(mean over bindings)", y=1.02)
+        written += save(grid.figure, out_dir, "cpu_by_concurrency")
+    return written
+
+
+def _ratios(rows: pd.DataFrame, axis: str, num, den) -> list[tuple[dict, float]]:
+    """rate(axis=num) / rate(axis=den) for every setting of the other axes that has both."""
+    keys = [a for a in OTHER_AXES if a != axis and a in rows]
+    out = []
+    for key, group in rows.groupby(keys):
+        a, b = group[group[axis] == num], group[group[axis] == den]
+        if not a.empty and not b.empty:
+            out.append((dict(zip(keys, key, strict=True)), float(a["rate"].max() /
+                                                                   b["rate"].max())))
+    return out
+
+
+def _spread(ratios: list[float]) -> str:
+    return (f"median {statistics.median(ratios):.2f}x over {len(ratios)} point(s), "
+            f"range {min(ratios):.2f}-{max(ratios):.2f}")
+
+
+def _seed_rows_or_all(table: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    rows = _seed_like(table)
+    if rows.empty:
+        return table, "no ab rows without keep-alive; all loads used"
+    return rows, ""
+
+
+def claims(table: pd.DataFrame) -> list[Claim]:
+    """More workers help; binding helps; a steep drop from 500 to 1000 connections."""
+    out: list[Claim] = []
+    rows, note = _seed_rows_or_all(table) if not table.empty else (table, "")
+
+    hyp = "More server workers (the seed's schedulers) give more requests/s"
+    crit = (f"ab without keep-alive: the best worker count above 1 reaches >= "
+            f"{MORE_WORKERS_HELP:.2f}x the rate of 1 worker, median over the points that "
+            "have both")
+    counts = sorted(int(w) for w in rows["workers"].unique() if w > 1) if not rows.empty else []
+    found = [(w, [r for _, r in _ratios(rows, "workers", w, 1)]) for w in counts]
+    found = [(w, ratios) for w, ratios in found if ratios]
+    if found:
+        best = max(statistics.median(r) for _, r in found)
+        out.append(Claim(NAME, hyp, crit,
+                         "; ".join(f"{w} workers / 1: {_spread(r)}" for w, r in found),
+                         "reproduced" if best >= MORE_WORKERS_HELP else "not reproduced",
+                         reason=note))
+    else:
+        out.append(inconclusive(NAME, hyp, crit, "the grid has no point measured with both "
+                                "1 worker and more"))
+
+    hyp = "Binding the workers to CPUs gives more requests/s"
+    crit = (f"rate bound / rate unbound (binding none) >= {HELPS:.2f}x, median over the points "
+            "that have both; the seed's spread binding if measured, else compact, else single")
+    found = [(kind, [r for _, r in _ratios(rows, "binding", kind, "none")]) for kind in BOUND]
+    found = [(kind, ratios) for kind, ratios in found if ratios]
+    if found:
+        kind, ratios = found[0]
+        med = statistics.median(ratios)
+        others = "; ".join(f"{k}: {_spread(r)}" for k, r in found[1:])
+        out.append(Claim(NAME, hyp, crit,
+                         f"{kind}/none: {_spread(ratios)}" + (f" ({others})" if others else ""),
+                         "reproduced" if med >= HELPS else "not reproduced", reason=note))
+    else:
+        out.append(inconclusive(NAME, hyp, crit, "the grid has no bound and unbound rows at "
+                                "the same server, workers and concurrency"))
+
+    hyp = "Requests/s drop steeply between 500 and 1000 concurrent connections"
+    crit = (f"rate at concurrency 1000 <= {STEEP:.2f}x the rate at 500, median over the "
+            "points that have both")
+    pairs = _ratios(rows, "concurrency", 1000, 500)
+    if pairs:
+        ratios = [r for _, r in pairs]
+        med = statistics.median(ratios)
+        out.append(Claim(NAME, hyp, crit, f"1000/500: {_spread(ratios)}",
+                         "reproduced" if med <= STEEP else "not reproduced", reason=note))
+    else:
+        out.append(inconclusive(NAME, hyp, crit, "the grid lacks concurrency 500 and 1000 "
+                                "at the same point"))
+    return out
+
+
+def notes(table: pd.DataFrame) -> list[str]:
+    """What the report should say besides the verdicts."""
+    out = [f"The seed ({SOURCE}) publishes E5 a only as charts, with no figures in the text: "
+           "there are no seed rows to compare with, only its claims (R13A beat R12B-5, "
+           "binding helped, R13A with 8 schedulers dropped steeply between 500 and 1000 "
+           "concurrent requests)."]
+    if table.empty:
+        return out
+    for column, what in (("errors", "failed requests"), ("non2xx", "non-2xx answers")):
+        if column in table and table[column].fillna(0).sum() > 0:
+            bad = table[table[column].fillna(0) > 0]
+            out.append(f"{int(bad[column].sum())} {what} in {len(bad)} point(s), e.g. "
+                       + ", ".join(f"{r.variant}/{r.client}/keep-alive {r.keepalive}/"
+                                   f"{r.workers}w/c={r.concurrency}: {int(r[column])}"
+                                   for _, r in bad.head(3).iterrows()) + ".")
+    if "ok" in table:
+        out.append(f"Every load passed the correctness check (the counter went up by the "
+                   f"number of 2xx answers; with the builtin client, which sees the values, no "
+                   f"value was handed out twice): {int(table['ok'].sum()):,} increments.")
+    if {"server_cpus", "client_cpus"} <= set(table.columns):
+        cpus = table["server_cpus"] + table["client_cpus"]
+        top = table.loc[table["server_cpus"].idxmax()]
+        out.append(f"The server workers got at most {table['server_cpus'].max():.2f} CPUs "
+                   f"({top['workers']} worker(s), c={top['concurrency']}); the load generator "
+                   f"took {table['client_cpus'].median():.2f} CPUs (median), so server plus "
+                   f"client used {cpus.median():.2f} CPUs of the machine (median).")
+    ratios = [r for _, r in _ratios(table, "variant", "uvloop", "asyncio")]
+    if ratios:
+        out.append(f"uvloop over asyncio: {_spread(ratios)}.")
+    ratios = [r for _, r in _ratios(table, "keepalive", "on", "off")]
+    if ratios:
+        out.append(f"keep-alive on over off: {_spread(ratios)}.")
+    ratios = [r for _, r in _ratios(table, "client", "builtin", "ab")]
+    if ratios:
+        out.append(f"builtin client over ab: {_spread(ratios)} (the builtin client is Python "
+                   "and competes with the server for the same CPUs).")
+    return out

@@ -1,0 +1,149 @@
+"""spawn: the seed's E1 figures, this machine's rates by primitive and chains, and the claims."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from perfgrid.analysis import Claim, inconclusive, rate_at, save  # noqa: E402
+
+NAME = "spawn"
+_FILE = "seed E1 (000_62f551dd3ff8b81f.txt)"
+_P4 = f"{_FILE}, Pentium 4 2.8 GHz, Erlang R11B, 1,000,000 spawns"
+_E5200 = f"{_FILE}, Pentium E5200 2.5 GHz (2 cores), Erlang R13B01, 1,000,000 spawns"
+#: Erlang processes are green threads: asyncio tasks are their Python counterpart, so the
+#: seed rows sit beside the asyncio_task rows. One scheduler is binding single, SMP none.
+SEED_ROWS = [
+    {"chains": 1, "rate": 358_599.0, "release": "R11B", "source": _P4},
+    {"chains": 10, "rate": 348_489.0, "release": "R11B, run 1", "source": _P4},
+    {"chains": 10, "rate": 340_288.0, "release": "R11B, run 2", "source": _P4},
+    {"chains": 100, "rate": 335_983.0, "release": "R11B, run 1", "source": _P4},
+    {"chains": 100, "rate": 336_743.0, "release": "R11B, run 2", "source": _P4},
+    {"chains": 1, "binding": "single", "rate": 749_027.0,
+     "release": "R13B01, 1 scheduler (-smp disable)", "source": _E5200},
+    {"chains": 1, "binding": "none", "rate": 402_022.0,
+     "release": "R13B01, SMP, 2 schedulers", "source": _E5200},
+    {"chains": 1, "binding": "single", "rate": 2_264_042.0,
+     "release": "R13B01 patched (no clock_gettime per spawn), 1 scheduler", "source": _E5200},
+    {"chains": 1, "binding": "none", "rate": 652_947.0,
+     "release": "R13B01 patched (no clock_gettime per spawn), SMP 2 schedulers",
+     "source": _E5200},
+]
+for _row in SEED_ROWS:
+    _row.update({"runtime": "erlang", "variant": "asyncio_task"})
+
+ORDER = ["asyncio_task", "thread", "native_pthread", "fork", "native_fork", "mp_fork",
+         "posix_spawn", "native_posix_spawn"]
+#: a per-spawn syscall "costs throughput" if removing it speeds spawning up by this much
+SYSCALL_COSTS = 1.2
+#: one scheduler "beats" SMP if the single-CPU rate is at least this multiple of the free one
+SINGLE_BEATS = 1.1
+#: the seed's create+destroy cost, and the most we accept as "about" it
+SEED_US = 0.5
+ABOUT_US = 1.0
+
+
+def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
+    """Rate per primitive by chains (log scale), per binding; CPU per spawn and its sys share."""
+    written: list[Path] = []
+    if table.empty:
+        return written
+    sns.set_theme(style="whitegrid", context="paper")
+    order = [b for b in ("none", "single", "compact", "spread") if b in set(table["binding"])]
+    hue_order = [v for v in ORDER if v in set(table["variant"])]
+    grid = sns.relplot(data=table, x="chains", y="rate", hue="variant", hue_order=hue_order,
+                       style="runtime", col="binding", col_order=order, kind="line",
+                       marker="o", height=3.2, aspect=0.9)
+    grid.set(xscale="log", yscale="log", xlabel="chains running at once",
+             ylabel="spawns/s (log)")
+    grid.figure.suptitle("spawn: create+teardown rate by primitive and chains, per binding "
+                         "(seed, Erlang: ~340,000/s)", y=1.04)
+    written += save(grid.figure, out_dir, "rate_by_chains")
+
+    if "cpu_us_per_spawn" in table and table["cpu_us_per_spawn"].notna().any():
+        one = table[table["chains"] == table["chains"].min()]
+        data = one.assign(sys_pct=100 * one["sys_share"])
+        grid = sns.catplot(data=data, x="variant", y="cpu_us_per_spawn", hue="binding",
+                           hue_order=order, order=hue_order, kind="bar", height=3.4, aspect=2.2)
+        grid.set(yscale="log", xlabel="", ylabel="CPU microseconds per spawn (log)")
+        grid.figure.suptitle(f"spawn: CPU cost of one spawn, {int(one['chains'].min())} chain "
+                             f"(seed: ~{SEED_US} us, half of it sys)", y=1.04)
+        for ax in grid.axes.flat:
+            ax.tick_params(axis="x", rotation=30)
+        written += save(grid.figure, out_dir, "cpu_per_spawn")
+    return written
+
+
+def claims(table: pd.DataFrame) -> list[Claim]:
+    """A per-spawn syscall costs throughput; one CPU beats SMP for a chain; spawn cost."""
+    out: list[Claim] = []
+    free = table[table["binding"] == "none"] if len(table) else table
+
+    hyp = ("A syscall on the spawn path costs throughput (seed: removing a clock_gettime per "
+           "spawn tripled the rate)")
+    crit = ("asyncio_task, binding none: with 1 chain the event loop polls epoll once per "
+            "spawn, with 100 chains once per 100; rate(100 chains) >= "
+            f"{SYSCALL_COSTS}x rate(1 chain)")
+    one, many = (rate_at(free, variant="asyncio_task", chains=c) for c in (1, 100))
+    if one and many:
+        ratio = many / one
+        sys_text = ""
+        if "sys_share" in free:
+            rows = free[free["variant"] == "asyncio_task"]
+            shares = {c: rows[rows["chains"] == c]["sys_share"].max() for c in (1, 100)}
+            sys_text = f"; sys {shares[1]:.0%} vs {shares[100]:.0%}"
+        out.append(Claim(NAME, hyp, crit,
+                         f"{ratio:.2f}x ({one:,.0f} -> {many:,.0f} spawns/s; "
+                         f"{(1 / one - 1 / many) * 1e6:.2f} us per spawn saved{sys_text})",
+                         "reproduced" if ratio >= SYSCALL_COSTS else "not reproduced"))
+    else:
+        out.append(inconclusive(NAME, hyp, crit, "no asyncio_task rows at 1 and 100 chains "
+                                "under binding none"))
+
+    for variant, runtime in (("native_pthread", "native"), ("thread", "python")):
+        hyp = ("One scheduler beats SMP for a serial chain (seed: 749,027 vs 402,022 spawns/s, "
+               "1 vs 2 schedulers)")
+        crit = (f"{variant}, 1 chain: rate with every unit on one CPU (single) >= "
+                f"{SINGLE_BEATS}x the rate with the OS free to move them (none)")
+        single = rate_at(table, variant=variant, chains=1, binding="single") if len(table) else None
+        smp = rate_at(table, variant=variant, chains=1, binding="none") if len(table) else None
+        if single and smp:
+            ratio = single / smp
+            out.append(Claim(NAME, hyp, crit, f"{ratio:.2f}x ({single:,.0f} vs {smp:,.0f} "
+                             "spawns/s)",
+                             "reproduced" if ratio >= SINGLE_BEATS else "not reproduced",
+                             runtime))
+        else:
+            out.append(inconclusive(NAME, hyp, crit, f"no 1-chain {variant} rows under both "
+                                    "single and none", runtime))
+
+    hyp = f"Creating and tearing down a unit costs about {SEED_US} us (seed, Erlang)"
+    crit = f"the fastest primitive, 1 chain: at most {ABOUT_US} us of wall time per spawn"
+    rows = table[table["chains"] == 1] if len(table) else table
+    if len(rows):
+        best = rows.loc[rows["rate"].idxmax()]
+        us = 1e6 / float(best["rate"])
+        out.append(Claim(NAME, hyp, crit, f"{us:.2f} us ({best['variant']}, {best['binding']})",
+                         "reproduced" if us <= ABOUT_US else "not reproduced",
+                         str(best["runtime"])))
+    else:
+        out.append(inconclusive(NAME, hyp, crit, "no 1-chain rows"))
+    return out
+
+
+def notes(table: pd.DataFrame) -> list[str]:
+    """Python beside C for the OS primitives, where both were measured."""
+    out = []
+    rows = table[(table["chains"] == 1) & (table["binding"] == "single")] if len(table) else table
+    for py, c in (("thread", "native_pthread"), ("fork", "native_fork"),
+                  ("posix_spawn", "native_posix_spawn")):
+        a, b = rate_at(rows, variant=py), rate_at(rows, variant=c)
+        if a and b:
+            out.append(f"`{py}` vs `{c}` (1 chain, one CPU): {a:,.0f} vs {b:,.0f} spawns/s "
+                       f"({a / b:.2f}x).")
+    return out

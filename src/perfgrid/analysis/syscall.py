@@ -1,0 +1,184 @@
+"""syscall: the seed's E3 figures, this machine's scaling plots, and the claims checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from perfgrid.analysis import Claim, inconclusive, rate_at, save  # noqa: E402
+
+NAME = "syscall"
+_SOURCE = ("seed E3 (002_8ebf3a0e202d2726.txt), 8 cores (2x Xeon E5450 3.0 GHz), "
+           "Erlang R13B02 patched to expose getuid, schedulers bound (+sct db)")
+#: the seed's one published point: 8 bound workers, ~30 M calls/s in total
+SEED_ROWS = [
+    {"runtime": "erlang", "call": "getuid", "binding": "spread", "workers": 8,
+     "rate": 30_000_000.0, "rate_per_worker": 3_700_000.0,
+     "note": "~222,000,000 calls per worker after 60 s (two workers ~150,000,000)",
+     "source": _SOURCE},
+]
+
+#: bound workers "scale linearly" if two of them reach this multiple of one
+LINEAR = 1.6
+#: workers beyond the CPUs "cannot scale further": at most this multiple of the rate at
+#: as many workers as CPUs
+NO_FURTHER = 1.15
+#: "no lock contention": calls per CPU-second at the most workers keep this share of one's
+NO_CONTENTION = 0.9
+#: clock_gettime "makes no syscall" if at most this share of its CPU time is sys
+VDSO_SYS = 0.05
+BOUND = ("spread", "compact")
+
+
+def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
+    """Total rate by workers per binding (hue call, style runtime); CPU efficiency and split."""
+    written: list[Path] = []
+    if table.empty:
+        return written
+    sns.set_theme(style="whitegrid", context="paper")
+    order = [b for b in ("none", "single", "compact", "spread") if b in set(table["binding"])]
+    data = table.assign(m_calls_per_s=table["rate"] / 1e6)
+    grid = sns.relplot(data=data, x="workers", y="m_calls_per_s", hue="call", style="runtime",
+                       col="binding", col_order=order, kind="line", marker="o",
+                       height=3.2, aspect=0.9)
+    grid.set(xscale="log", yscale="log", xlabel="workers (processes)",
+             ylabel="calls/s in total (millions, log)")
+    for ax in grid.axes.flat:
+        ax.set_xticks(sorted(table["workers"].unique()))
+        ax.set_xticklabels([str(w) for w in sorted(table["workers"].unique())])
+    grid.figure.suptitle("syscall: total call rate by workers, per binding "
+                         "(bound workers should scale up to the CPUs)", y=1.04)
+    written += save(grid.figure, out_dir, "rate_by_workers")
+
+    if "calls_per_cpu_s" in table and table["calls_per_cpu_s"].notna().any():
+        data = table.assign(m_per_cpu_s=table["calls_per_cpu_s"] / 1e6,
+                            sys_pct=100 * table["sys_share"])
+        grid = sns.relplot(data=data, x="workers", y="m_per_cpu_s", hue="call", style="runtime",
+                           col="binding", col_order=order, kind="line", marker="o",
+                           height=3.0, aspect=0.9)
+        grid.set(xscale="log", yscale="log", xlabel="workers (processes)",
+                 ylabel="calls per CPU-second (millions, log)")
+        grid.figure.suptitle("syscall: calls per CPU-second each worker received "
+                             "(flat = no contention)", y=1.04)
+        written += save(grid.figure, out_dir, "calls_per_cpu_second")
+
+        one = data[data["workers"] == data["workers"].min()]
+        grid = sns.catplot(data=one, x="call", y="sys_pct", hue="runtime", col="binding",
+                           col_order=order, kind="bar", height=3.0, aspect=0.8)
+        grid.set(xlabel="", ylabel="sys share of the workers' CPU (%)")
+        grid.figure.suptitle("syscall: kernel share of the CPU time (clock_gettime: vDSO)",
+                             y=1.04)
+        written += save(grid.figure, out_dir, "sys_share")
+    return written
+
+
+def _bound(table: pd.DataFrame) -> tuple[str, pd.DataFrame]:
+    """The bound binding measured (spread, else compact) and its rows."""
+    for bind in BOUND:
+        rows = table[table["binding"] == bind]
+        if not rows.empty:
+            return bind, rows
+    return "", table.iloc[0:0]
+
+
+def cpu_count(table: pd.DataFrame) -> int:
+    """CPUs the bound plans used: distinct CPUs in the largest bound point's plan."""
+    _, rows = _bound(table)
+    if rows.empty or "binding_plan" not in rows:
+        return 0
+    plan = str(rows.loc[rows["workers"].idxmax(), "binding_plan"])
+    return len({cpu for worker in plan.split("|") for cpu in worker.split(",") if cpu})
+
+
+def claims(table: pd.DataFrame) -> list[Claim]:
+    """Linear scaling of bound workers up to the CPUs, none past them, no contention, vDSO."""
+    out: list[Claim] = []
+    getuid = table[table["call"] == "getuid"] if len(table) else table
+    bind, bound = _bound(getuid)
+    cpus = cpu_count(table)
+
+    for runtime in ("native", "python"):
+        rows = bound[bound["runtime"] == runtime] if len(bound) else bound
+        hyp = "Bound workers scale syscalls linearly with cores (seed: 8 workers, ~3.7 M/s each)"
+        crit = f"getuid, {bind or 'spread'} binding: rate at 2 workers >= {LINEAR}x rate at 1"
+        one, two = rate_at(rows, workers=1), rate_at(rows, workers=2)
+        if one and two and cpus >= 2:
+            ratio = two / one
+            out.append(Claim(NAME, hyp, crit, f"{ratio:.2f}x ({one / 1e6:.2f} -> "
+                             f"{two / 1e6:.2f} M calls/s)",
+                             "reproduced" if ratio >= LINEAR else "not reproduced", runtime))
+        else:
+            out.append(inconclusive(NAME, hyp, crit, "no bound getuid rows at 1 and 2 workers "
+                                    "on 2+ CPUs", runtime))
+
+        hyp = "More workers than CPUs cannot raise the rate further"
+        crit = (f"getuid, {bind or 'spread'}: rate at the most workers <= {NO_FURTHER}x the "
+                f"rate at as many workers as CPUs ({cpus or '?'})")
+        most = int(rows["workers"].max()) if len(rows) else 0
+        at_cpus, at_most = rate_at(rows, workers=cpus), rate_at(rows, workers=most)
+        if at_cpus and at_most and most > cpus:
+            ratio = at_most / at_cpus
+            out.append(Claim(NAME, hyp, crit, f"{ratio:.2f}x ({most} workers vs {cpus})",
+                             "reproduced" if ratio <= NO_FURTHER else "not reproduced", runtime))
+        else:
+            out.append(inconclusive(NAME, hyp, crit, "no bound getuid rows at the CPU count "
+                                    "and beyond it", runtime))
+
+    hyp = "Bound workers do not contend: each call costs the same CPU time however many run"
+    crit = (f"native getuid, {bind or 'spread'}: calls per CPU-second at the most workers "
+            f">= {NO_CONTENTION}x at 1 worker")
+    rows = bound[bound["runtime"] == "native"] if len(bound) else bound
+    if len(rows) and "calls_per_cpu_s" in rows and rows["calls_per_cpu_s"].notna().any():
+        most = int(rows["workers"].max())
+        first = rows[rows["workers"] == 1]["calls_per_cpu_s"]
+        last = rows[rows["workers"] == most]["calls_per_cpu_s"]
+        if len(first) and len(last) and most > 1:
+            ratio = float(last.iloc[0]) / float(first.iloc[0])
+            out.append(Claim(NAME, hyp, crit, f"{ratio:.2f}x ({float(first.iloc[0]) / 1e6:.2f} "
+                             f"-> {float(last.iloc[0]) / 1e6:.2f} M per CPU-s, {most} workers)",
+                             "reproduced" if ratio >= NO_CONTENTION else "not reproduced",
+                             "native"))
+        else:
+            out.append(inconclusive(NAME, hyp, crit, "no native bound getuid rows at 1 and "
+                                    "more workers", "native"))
+    else:
+        out.append(inconclusive(NAME, hyp, crit, "no native bound getuid rows with CPU times",
+                                "native"))
+
+    hyp = ("clock_gettime makes no syscall on modern Linux (served by the vDSO), unlike "
+           "getuid (the seed's aside on erlang:now())")
+    crit = (f"native, 1 worker: clock_gettime spends < {VDSO_SYS:.0%} of its CPU in the kernel "
+            "while getuid spends more")
+    rows = table[(table["runtime"] == "native") & (table["workers"] == 1)] if len(table) else table
+    clock = rows[rows["call"] == "clock_gettime"] if len(rows) else rows
+    uid = rows[rows["call"] == "getuid"] if len(rows) else rows
+    if len(clock) and len(uid) and "sys_share" in rows:
+        clock_sys, uid_sys = float(clock["sys_share"].max()), float(uid["sys_share"].min())
+        speed = float(clock["rate"].max()) / float(uid["rate"].max())
+        out.append(Claim(NAME, hyp, crit, f"sys {clock_sys:.1%} vs getuid {uid_sys:.1%}; "
+                         f"{speed:.1f}x the getuid rate",
+                         "reproduced" if clock_sys < VDSO_SYS < uid_sys else "not reproduced",
+                         "native"))
+    else:
+        out.append(inconclusive(NAME, hyp, crit, "no native 1-worker clock_gettime and getuid "
+                                "rows", "native"))
+    return out
+
+
+def notes(table: pd.DataFrame) -> list[str]:
+    """Python beside C for the same call, where both were measured."""
+    out = []
+    rows = table[(table["workers"] == 1) & (table["binding"] == "single")] if len(table) else table
+    for call in ("getuid", "clock_gettime"):
+        py = rate_at(rows, call=call, runtime="python")
+        c = rate_at(rows, call=call, runtime="native")
+        if py and c:
+            out.append(f"`{call}`, one worker pinned: Python {py / 1e6:.1f} M calls/s, C "
+                       f"{c / 1e6:.1f} M calls/s ({py / c:.2f}x): the interpreter adds "
+                       f"{(1 / py - 1 / c) * 1e9:.0f} ns per call.")
+    return out

@@ -1,0 +1,202 @@
+"""http (seed E5 a): a counter served over HTTP, one SQLite transaction per request.
+
+Stresses a Python HTTP server under many concurrent connections: accepting,
+parsing and answering in an event loop (asyncio or uvloop), plus a write
+lock shared by ``workers`` processes on one port (SO_REUSEPORT), each bound
+per ``binding``. The load comes from ``ab`` (as in the seed) or a builtin
+asyncio client, with and without keep-alive. Every load is checked: the
+counter must equal the successful answers, with no value handed out twice.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import statistics
+from typing import Any
+
+from perfgrid import binding, httpload, httpserver
+from perfgrid.experiments.base import Case, Experiment, Metadata, Point
+
+SERVERS = httpserver.SERVERS
+CLIENTS = httpload.CLIENTS
+KEEPALIVE = ("off", "on")
+#: config list key -> grid axis; an extra grid may set any of them, and ``requests``
+LIST_KEYS = {"servers": "variant", "clients": "client", "keepalive": "keepalive",
+             "bindings": "binding", "workers": "workers", "concurrency": "concurrency"}
+DEFAULT_TIMEOUT_S = 300.0
+
+
+def keepalive_word(value: Any) -> str:
+    """``off``/``on`` from a config value (YAML 1.1 reads bare off/on as booleans)."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value in KEEPALIVE:
+        return value
+    raise ValueError(f"http.keepalive: {value!r} is not one of off, on")
+
+
+class CorrectnessError(RuntimeError):
+    """A lost or doubled increment: the load's answers disagree with the counter."""
+
+
+def check_load(result: httpload.LoadResult, counter: int) -> None:
+    """Fail unless every increment was answered exactly once and the load finished.
+
+    ``counter`` is how many increments the server committed during the load.
+    """
+    problems = []
+    if result.ok == 0:
+        problems.append(f"no request succeeded ({result.errors} errors, {result.non2xx} "
+                        f"non-2xx answers)")
+    if result.timed_out or result.unanswered:
+        problems.append(f"the deadline cut the load: {result.completed} answers and "
+                        f"{result.errors} errors for {result.requests} requests")
+    if counter != result.ok:
+        problems.append(f"counter went up by {counter} but {result.ok} requests were "
+                        f"answered 2xx ({counter - result.ok:+d}: "
+                        f"{'lost answers' if counter > result.ok else 'lost increments'})")
+    if result.values is not None:
+        distinct = set(result.values)
+        if len(distinct) != len(result.values):
+            problems.append(f"{len(result.values) - len(distinct)} counter values were "
+                            f"handed out twice")
+        outside = [v for v in distinct if not 0 <= v < counter]
+        if outside:
+            problems.append(f"{len(outside)} values outside 0..{counter - 1}, e.g. {outside[0]}")
+    if problems:
+        raise CorrectnessError(
+            f"http load ({result.client}, c={result.concurrency}, "
+            f"keepalive={'on' if result.keepalive else 'off'}): " + "; ".join(problems))
+
+
+class Http(Experiment):
+    name = "http"
+    axes = ("variant", "client", "keepalive", "binding", "workers", "concurrency")
+    int_axes = frozenset({"workers", "concurrency"})
+    work_unit = "requests"
+    rate_unit = "requests/s"
+
+    def grids(self, section: dict[str, Any]) -> list[dict[str, Any]]:
+        """The main grid (the section's lists) and each extra grid, defaults filled in."""
+        main = {key: section[key] for key in (*LIST_KEYS, "requests")}
+        out = []
+        for grid in [main] + [{**main, **extra} for extra in section.get("extra_grids") or []]:
+            out.append({**grid, "keepalive": [keepalive_word(v) for v in grid["keepalive"]]})
+        return out
+
+    def points(self, section: dict[str, Any], config: dict[str, Any]) -> list[Point]:
+        out: dict[tuple, Point] = {}
+        for number, grid in enumerate(self.grids(section)):
+            where = "http" if number == 0 else f"http.extra_grids[{number - 1}]"
+            too_many = [c for c in grid["concurrency"] if c > grid["requests"]]
+            if too_many:
+                raise ValueError(f"{where}.concurrency: {too_many} above requests "
+                                 f"({grid['requests']}); ab refuses a concurrency above "
+                                 f"its request count")
+            for values in itertools.product(*(grid[key] for key in LIST_KEYS)):
+                point = dict(zip(LIST_KEYS.values(), values, strict=True))
+                out.setdefault(tuple(point[a] for a in self.axes),
+                               {a: point[a] for a in self.axes})
+        return list(out.values())
+
+    def requests_for(self, section: dict[str, Any], point: Point) -> int:
+        """The request count of ``point``: that of the first grid that contains it."""
+        for grid in self.grids(section):
+            if all(point[axis] in grid[key] for key, axis in LIST_KEYS.items()):
+                return int(grid["requests"])
+        raise KeyError(f"http: {point} is in no grid of the config")
+
+    def options(self, section: dict[str, Any], point: Point, database: str) -> dict[str, str]:
+        """The ``--option`` values of one job (everything but the axes)."""
+        return {"requests": str(self.requests_for(section, point)), "database": database,
+                "port": str(section.get("port", 0)),
+                "timeout_s": str(section.get("timeout_s", DEFAULT_TIMEOUT_S))}
+
+    def unavailable(self, point: Point) -> str | None:
+        if point["variant"] == "uvloop" and (why := httpserver.uvloop_missing()):
+            return why
+        if point["client"] == "ab":
+            return httpload.missing_ab()
+        return None
+
+    def prepare(self, point: Point, options: dict[str, str]) -> Case:
+        requests = int(options.get("requests", 1000))
+        port = int(options.get("port", 0))
+        timeout_s = float(options.get("timeout_s", DEFAULT_TIMEOUT_S))
+        database = options["database"]
+        client, concurrency = point["client"], point["concurrency"]
+        keepalive = keepalive_word(point["keepalive"])
+        if point["workers"] < 1:
+            raise ValueError(f"http.workers: must be at least 1, got {point['workers']}")
+        httpload.check_target(port or 1, requests, concurrency)
+        if (why := self.unavailable(point)) is not None:
+            raise RuntimeError(why)
+        plan = binding.plan(point["binding"], point["workers"])
+        meta: Metadata = {
+            "perfgrid_requests": requests,
+            "perfgrid_binding_plan": binding.describe(plan),
+            "perfgrid_database": os.path.abspath(database),
+            "perfgrid_sqlite_busy_timeout_ms": httpserver.BUSY_TIMEOUT_MS,
+            "perfgrid_listen_backlog": min(httpserver.BACKLOG,
+                                           httpserver.somaxconn() or httpserver.BACKLOG),
+            "perfgrid_timeout_s": timeout_s,
+        }
+        if point["variant"] == "uvloop":
+            import uvloop
+
+            meta["perfgrid_uvloop_version"] = uvloop.__version__
+        if client == "ab":
+            meta["perfgrid_client_version"] = httpload.ab_version()
+        httpserver.init_database(database)
+        # set-up, outside the timing: the workers are listening when this returns
+        group = httpserver.ServerGroup(point["variant"], database, plan, port=port,
+                                       bind=point["binding"] != "none")
+        results: list[httpload.LoadResult] = []
+        server_cpu: list[float] = []
+
+        def one_load() -> float:
+            httpserver.init_database(database)  # counter back to 0, servers idle
+            group.check_alive()
+            before = group.cpu_seconds()
+            result = httpload.run_load(client, group.port, requests, concurrency,
+                                       keepalive == "on", timeout_s)
+            server_cpu.append(group.cpu_seconds() - before)
+            results.append(result)
+            check_load(result, httpserver.read_counter(database))
+            return result.wall_s
+
+        def time_loops(loops: int) -> float:
+            return sum(one_load() for _ in range(loops))
+
+        def observed() -> Metadata:
+            if not results:
+                return {}
+            wall = sum(r.wall_s for r in results)
+            client_cpu = sum(r.client_cpu_s for r in results)
+            extra: Metadata = {
+                "perfgrid_loads": len(results),
+                "perfgrid_ok": sum(r.ok for r in results),
+                "perfgrid_non2xx": sum(r.non2xx for r in results),
+                "perfgrid_errors": sum(r.errors for r in results),
+                "perfgrid_ok_per_s": round(sum(r.ok for r in results) / wall, 2) if wall else 0.0,
+                "perfgrid_latency_mean_ms": statistics.fmean(r.latency_mean_ms for r in results),
+                "perfgrid_latency_p50_ms": statistics.fmean(r.latency_p50_ms for r in results),
+                "perfgrid_latency_p99_ms": statistics.fmean(r.latency_p99_ms for r in results),
+                "perfgrid_server_cpu_s": round(sum(server_cpu), 4),
+                "perfgrid_client_cpu_s": round(client_cpu, 4),
+                "perfgrid_server_cpus": round(sum(server_cpu) / wall, 4) if wall else 0.0,
+                "perfgrid_client_cpus": round(client_cpu / wall, 4) if wall else 0.0,
+                "perfgrid_worker_cpus": binding.describe(group.actual_cpus),
+            }
+            for result in results:
+                for key, value in result.detail.items():
+                    name = f"perfgrid_{key}"
+                    extra[name] = int(extra.get(name, 0)) + value
+            return extra
+
+        return Case(time=time_loops, work_per_loop=requests, metadata=meta,
+                    close=group.stop, observed=observed)
+
+
+EXPERIMENT = Http()

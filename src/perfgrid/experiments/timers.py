@@ -1,0 +1,264 @@
+"""timers (seed E4): a storm of timers in one event loop.
+
+``tasks`` tasks each sleep ``rounds`` random times in [0, ``max_sleep``]
+seconds, so the loop keeps ``tasks`` timers pending and fires ``tasks`` x
+``rounds`` of them. Stresses the event loop's timer heap and task switching
+(and Python's cyclic GC walking the many live tasks) against the ideal wall
+time: the longest task's sum of sleeps, drawn up front from the same streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import importlib.util
+import itertools
+import resource
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from pyperf import perf_counter
+
+from perfgrid.experiments.base import Case, Experiment, Metadata, Point
+
+VARIANTS = ("asyncio", "uvloop")
+SEEDINGS = ("independent", "identical")
+GC_MODES = ("on", "off")
+#: the seed run's date (2009-09-16): the default stream seed
+DEFAULT_SEED = 20090916
+#: seconds between progress lines on stderr (they land in the job log)
+PROGRESS_S = 5.0
+
+
+def gc_mode(value: Any) -> str:
+    """``on``/``off`` from a config value; YAML 1.1 reads a bare on/off as a boolean."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value not in GC_MODES:
+        raise ValueError(f"timers.gc: {value!r} is not one of on, off")
+    return str(value)
+
+
+def draws(tasks: int, rounds: int, max_sleep: float, seeding: str, seed: int) -> np.ndarray:
+    """Every task's sleeps in seconds, uniform in [0, max_sleep], drawn up front.
+
+    ``independent``: one row per task (``tasks`` x ``rounds``). ``identical``:
+    a single row shared by every task (1 x ``rounds``), as old Erlang's
+    ``random`` module gave every process the same default seed.
+    """
+    if seeding not in SEEDINGS:
+        raise ValueError(f"seeding: {seeding!r} is not one of {', '.join(SEEDINGS)}")
+    rng = np.random.default_rng(seed)
+    rows = tasks if seeding == "independent" else 1
+    return rng.uniform(0.0, max_sleep, size=(rows, rounds))
+
+
+def ideal_seconds(sleeps: np.ndarray) -> float:
+    """The lower bound on the wall time: the largest per-task sum of sleeps."""
+    return float(sleeps.sum(axis=1).max())
+
+
+def uvloop_missing() -> str | None:
+    """Why uvloop cannot run here, or None."""
+    if importlib.util.find_spec("uvloop") is None:
+        return "uvloop is not installed (pip install uvloop)"
+    return None
+
+
+def loop_factory(variant: str) -> Callable[[], asyncio.AbstractEventLoop]:
+    """A function making a fresh event loop of ``variant``."""
+    if variant == "asyncio":
+        return asyncio.new_event_loop
+    if variant == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop
+    raise ValueError(f"variant: {variant!r} is not one of {', '.join(VARIANTS)}")
+
+
+@dataclass
+class Storm:
+    """What one storm did: its wall time and what it cost."""
+
+    wall_s: float
+    spawn_s: float
+    cpu_s: float
+    lateness: np.ndarray
+    gc_collections: int
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _gc_collections() -> int:
+    return sum(gen["collections"] for gen in gc.get_stats())
+
+
+async def _sleeper(sleeps: memoryview, first: int, rounds: int, late: memoryview,
+                   slot: int, done: list[int]) -> None:
+    """One task: sleep ``rounds`` times; record how late each wake-up was.
+
+    The due time is taken on ``time.monotonic`` (asyncio's own clock); uvloop
+    keeps whole milliseconds, so its wake-ups may look early by up to ~1 ms.
+    """
+    monotonic = time.monotonic
+    sleep = asyncio.sleep
+    for r in range(rounds):
+        delay = sleeps[first + r]
+        due = monotonic() + delay
+        await sleep(delay)
+        late[slot + r] = monotonic() - due
+        done[0] += 1
+
+
+async def _progress(done: list[int], events: int, started: float, every: float) -> None:
+    """Print the events fired so far every ``every`` seconds (to the job log)."""
+    while True:
+        await asyncio.sleep(every)
+        print(f"timers: {done[0]:,}/{events:,} timer events after "
+              f"{perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+
+
+async def _storm(sleeps: memoryview, tasks: int, rounds: int, shared: bool,
+                 late: memoryview, progress_s: float) -> tuple[float, float]:
+    """Spawn the tasks and wait for all; (wall seconds, spawn seconds)."""
+    done = [0]
+    started = perf_counter()
+    coros = (_sleeper(sleeps, 0 if shared else i * rounds, rounds, late, i * rounds, done)
+             for i in range(tasks))
+    running = [asyncio.create_task(c) for c in coros]
+    spawned = perf_counter()
+    reporter = asyncio.create_task(_progress(done, tasks * rounds, started, progress_s))
+    try:
+        await asyncio.gather(*running)
+    finally:
+        reporter.cancel()
+    elapsed = perf_counter() - started
+    if done[0] != tasks * rounds:
+        raise RuntimeError(f"fired {done[0]:,} of {tasks * rounds:,} timer events")
+    return elapsed, spawned - started
+
+
+def storm(sleeps: np.ndarray, tasks: int, variant: str, gc_on: bool,
+          progress_s: float = PROGRESS_S) -> Storm:
+    """Run one storm in a fresh event loop, closed (every task gone) on return.
+
+    ``sleeps`` has one row per task, or one row for all (identical seeding).
+    """
+    rounds = sleeps.shape[1]
+    flat = np.ascontiguousarray(sleeps, dtype=np.float64).ravel()
+    lateness = np.full(tasks * rounds, np.nan)
+    was_enabled = gc.isenabled()
+    gc.collect()
+    with asyncio.Runner(loop_factory=loop_factory(variant)) as runner:
+        cpu0, coll0 = _cpu_seconds(), _gc_collections()
+        (gc.enable if gc_on else gc.disable)()
+        try:
+            wall, spawn = runner.run(_storm(memoryview(flat), tasks, rounds,
+                                            sleeps.shape[0] == 1, memoryview(lateness),
+                                            progress_s))
+            cpu, collections = _cpu_seconds() - cpu0, _gc_collections() - coll0
+        finally:
+            (gc.enable if was_enabled else gc.disable)()
+    return Storm(wall, spawn, cpu, lateness, collections)
+
+
+class Timers(Experiment):
+    name = "timers"
+    axes = ("variant", "seeding", "gc", "tasks", "rounds", "max_sleep")
+    int_axes = frozenset({"tasks", "rounds"})
+    work_unit = "timer events"
+    rate_unit = "timer events/s"
+
+    def points(self, section: dict[str, Any], config: dict[str, Any]) -> list[Point]:
+        """The cross product of the lists, then of each extra grid (a key left out
+        takes the section's value); a point in several grids runs once."""
+        out: list[Point] = []
+        grids = [section] + [{**section, **extra} for extra in section.get("extra_grids", [])]
+        for grid in grids:
+            for variant, seeding, gc_value, tasks, rounds, max_sleep in itertools.product(
+                    grid["variants"], grid["seeding"], grid["gc"], grid["tasks"],
+                    grid["rounds"], grid["max_sleep"]):
+                point = self._point(variant, seeding, gc_value, tasks, rounds, max_sleep)
+                if point not in out:
+                    out.append(point)
+        return out
+
+    @staticmethod
+    def _point(variant: str, seeding: str, gc_value: Any, tasks: int, rounds: int,
+               max_sleep: float) -> Point:
+        return {"variant": variant, "seeding": seeding, "gc": gc_mode(gc_value),
+                "tasks": int(tasks), "rounds": int(rounds), "max_sleep": float(max_sleep)}
+
+    def parse_point(self, raw: dict[str, str]) -> Point:
+        point = super().parse_point(raw)
+        point["max_sleep"] = float(point["max_sleep"])
+        return point
+
+    def unavailable(self, point: Point) -> str | None:
+        if point["variant"] == "uvloop":
+            return uvloop_missing()
+        return None
+
+    def prepare(self, point: Point, options: dict[str, str]) -> Case:
+        tasks, rounds = point["tasks"], point["rounds"]
+        seed = int(options.get("seed", DEFAULT_SEED))
+        progress_s = float(options.get("progress", PROGRESS_S))
+        sleeps = draws(tasks, rounds, point["max_sleep"], point["seeding"], seed)
+        ideal = ideal_seconds(sleeps)
+        gc_on = point["gc"] == "on"
+        storms: list[Storm] = []
+        meta: Metadata = {
+            "perfgrid_seed": seed,
+            "perfgrid_timer_events": tasks * rounds,
+            "perfgrid_ideal_s": ideal,
+            "perfgrid_sleep_mean_s": float(sleeps.mean()),
+        }
+        if point["variant"] == "uvloop":
+            import uvloop
+
+            meta["perfgrid_uvloop_version"] = uvloop.__version__
+
+        def time_loops(loops: int) -> float:
+            total = 0.0
+            for _ in range(loops):
+                result = storm(sleeps, tasks, point["variant"], gc_on, progress_s)
+                storms.append(result)
+                total += result.wall_s
+            return total
+
+        def observed() -> Metadata:
+            return summarize(storms, ideal)
+
+        return Case(time=time_loops, work_per_loop=tasks * rounds, metadata=meta,
+                    observed=observed)
+
+
+def summarize(storms: list[Storm], ideal: float) -> Metadata:
+    """Per-run metadata over the storms run so far: overhead, lateness, CPU, memory."""
+    if not storms:
+        return {}
+    wall = float(np.mean([s.wall_s for s in storms]))
+    late = np.concatenate([s.lateness for s in storms])
+    cpu = sum(s.cpu_s for s in storms)
+    return {
+        "perfgrid_wall_s": wall,
+        "perfgrid_overhead_s": wall - ideal,
+        "perfgrid_overhead_share": (wall - ideal) / wall if wall else float("nan"),
+        "perfgrid_spawn_s": float(np.mean([s.spawn_s for s in storms])),
+        "perfgrid_late_mean_ms": float(np.mean(late) * 1e3),
+        "perfgrid_late_p99_ms": float(np.percentile(late, 99) * 1e3),
+        "perfgrid_late_max_ms": float(np.max(late) * 1e3),
+        "perfgrid_cpu_pct": 100.0 * cpu / sum(s.wall_s for s in storms),
+        "perfgrid_gc_collections": int(sum(s.gc_collections for s in storms)),
+        "perfgrid_peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+EXPERIMENT = Timers()

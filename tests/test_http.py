@@ -1,0 +1,425 @@
+"""http (seed E5 a): the counter server, both load clients, the checks, bad input, cleanup."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pandas as pd
+import psutil
+import pytest
+import yaml
+from snakemake.utils import validate
+
+from perfgrid import binding, httpload, httpserver, settings
+from perfgrid.analysis import http as analysis
+from perfgrid.experiments import get
+from perfgrid.experiments.http import CorrectnessError, check_load
+
+from conftest import REPO
+
+EXP = get("http")
+HAVE_AB = httpload.missing_ab() is None
+HAVE_UVLOOP = httpserver.uvloop_missing() is None
+SCHEMA = str(REPO / "workflow" / "schemas" / "config.schema.yaml")
+
+
+def point(variant="asyncio", client="builtin", keepalive="off", bind="none", workers=1,
+          concurrency=4):
+    return {"variant": variant, "client": client, "keepalive": keepalive, "binding": bind,
+            "workers": workers, "concurrency": concurrency}
+
+
+def descendants() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def gone(pids, timeout=5.0) -> bool:
+    """True once none of ``pids`` is a live (non-zombie) process."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = []
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    alive.append(pid)
+            except psutil.NoSuchProcess:
+                pass
+        if not alive:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture
+def db(tmp_path):
+    path = tmp_path / "counter.sqlite"
+    httpserver.init_database(path)
+    return path
+
+
+# --- the database and the request handler ----------------------------------------
+
+
+def test_increment_is_one_transaction_returning_the_previous_value(db):
+    counter = httpserver.Counter(db)
+    try:
+        assert [counter.increment() for _ in range(3)] == [0, 1, 2]
+    finally:
+        counter.close()
+    assert httpserver.read_counter(db) == 3
+    httpserver.init_database(db)
+    assert httpserver.read_counter(db) == 0
+    conn = httpserver.connect(db)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+
+
+@pytest.mark.parametrize("head, keep", [
+    (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", True),
+    (b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n", False),
+    (b"GET / HTTP/1.0\r\n\r\n", False),
+    (b"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n", True),
+])
+def test_keepalive_follows_the_http_version_and_header(head, keep):
+    assert httpserver.wants_keepalive(head) is keep
+
+
+def test_answers_have_a_fixed_length_and_only_get_counts(db):
+    counter = httpserver.Counter(db)
+    try:
+        first, _ = httpserver.answer(b"GET / HTTP/1.0\r\n\r\n", counter)
+        for _ in range(9):
+            httpserver.answer(b"GET / HTTP/1.0\r\n\r\n", counter)
+        tenth, _ = httpserver.answer(b"GET / HTTP/1.0\r\n\r\n", counter)
+        assert len(first) == len(tenth)  # ab counts a length change as a failed request
+        assert tenth.endswith(b"%020d\n" % 10)
+        post, _ = httpserver.answer(b"POST / HTTP/1.1\r\n\r\n", counter)
+        bad, keep = httpserver.answer(b"nonsense\r\n\r\n", counter)
+        assert post.startswith(b"HTTP/1.1 405") and bad.startswith(b"HTTP/1.1 400") and not keep
+    finally:
+        counter.close()
+    assert httpserver.read_counter(db) == 11
+
+
+# --- servers and loads --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("keepalive", [False, True])
+def test_builtin_load_every_value_once(db, keepalive):
+    with httpserver.ServerGroup("asyncio", db, binding.plan("none", 2)) as group:
+        result = httpload.run_builtin(group.port, 300, 8, keepalive, deadline_s=30)
+        counter = httpserver.read_counter(db)
+    assert (result.ok, result.errors, result.non2xx, result.unanswered) == (300, 0, 0, 0)
+    assert counter == 300
+    assert sorted(result.values) == list(range(300))
+    check_load(result, counter)
+    assert result.latency_p50_ms <= result.latency_p99_ms
+
+
+@pytest.mark.skipif(not HAVE_AB, reason="ab not installed (Debian package apache2-utils)")
+@pytest.mark.parametrize("keepalive", [False, True])
+def test_ab_load_counter_matches_completed(db, keepalive):
+    with httpserver.ServerGroup("asyncio", db, binding.plan("none", 2)) as group:
+        result = httpload.run_ab(group.port, 400, 10, keepalive, deadline_s=30)
+        counter = httpserver.read_counter(db)
+    assert (result.ok, result.errors, result.non2xx) == (400, 0, 0)
+    assert counter == 400
+    assert result.detail["keepalive_requests"] == (400 if keepalive else 0)
+    assert result.wall_s > 0 and result.latency_p99_ms >= result.latency_p50_ms > 0
+    check_load(result, counter)
+
+
+@pytest.mark.skipif(not HAVE_UVLOOP, reason="uvloop not installed")
+def test_uvloop_server_serves(db):
+    with httpserver.ServerGroup("uvloop", db, binding.plan("none", 1)) as group:
+        result = httpload.run_builtin(group.port, 100, 4, True, deadline_s=30)
+    assert result.ok == 100 == httpserver.read_counter(db)
+
+
+def test_workers_listen_on_loopback_only_and_are_pinned(db):
+    plan = binding.plan("single", 3)
+    with httpserver.ServerGroup("asyncio", db, plan) as group:
+        listening = []
+        for pid in group.pids:
+            proc = psutil.Process(pid)
+            assert sorted(proc.cpu_affinity()) == plan[0]
+            listening += [c for c in proc.net_connections("inet") if c.status == "LISTEN"]
+        assert group.actual_cpus == plan
+    assert len(listening) == 3
+    assert {(c.laddr.ip, c.laddr.port) for c in listening} == {("127.0.0.1", group.port)}
+    assert gone(group.pids)
+
+
+def test_case_runs_checks_and_leaves_nothing_running(tmp_path):
+    before = descendants()
+    options = {"requests": "200", "database": str(tmp_path / "c.sqlite")}
+    case = EXP.prepare(point(workers=2, bind="spread", keepalive="on"), options)
+    pids = [p.pid for p in psutil.Process().children() if p.pid not in before]
+    try:
+        assert len(pids) == 2
+        assert case.time(2) > 0
+        seen = case.observed()
+    finally:
+        case.close()
+    assert case.work_per_loop == 200
+    assert seen["perfgrid_loads"] == 2 and seen["perfgrid_ok"] == 400
+    assert seen["perfgrid_errors"] == 0 and seen["perfgrid_non2xx"] == 0
+    assert seen["perfgrid_server_cpu_s"] > 0 and seen["perfgrid_client_cpu_s"] > 0
+    assert seen["perfgrid_worker_cpus"] == binding.describe(binding.plan("spread", 2))
+    assert gone(pids) and descendants() <= before
+
+
+def test_lost_or_doubled_increments_fail_with_the_numbers():
+    def result(ok, values=None, completed=None):
+        return httpload.LoadResult("builtin", 3, 1, False, 1.0, completed or ok, ok, 0, 0,
+                                   1.0, 1.0, 1.0, 0.1, values=values)
+
+    check_load(result(3, [0, 1, 2]), 3)
+    with pytest.raises(CorrectnessError, match="counter went up by 2 but 3"):
+        check_load(result(3, [0, 1, 1]), 2)
+    with pytest.raises(CorrectnessError, match="handed out twice"):
+        check_load(result(3, [0, 1, 1]), 3)
+    with pytest.raises(CorrectnessError, match="deadline"):
+        check_load(result(2, [0, 1]), 2)
+
+
+def test_errors_are_counted_not_dropped(db):
+    """Requests to a server that is gone are errors, counted by kind; all-failed fails."""
+    with httpserver.ServerGroup("asyncio", db, binding.plan("none", 1)) as group:
+        port = group.port
+    result = httpload.run_builtin(port, 20, 2, False, deadline_s=10)
+    assert result.errors == 20 and result.ok == 0
+    assert result.detail  # error kinds, e.g. error_ConnectionRefusedError
+    with pytest.raises(CorrectnessError, match="no request succeeded"):
+        check_load(result, 0)
+
+
+def test_ab_report_is_parsed():
+    text = textwrap.dedent("""\
+        Concurrency Level:      10
+        Time taken for tests:   1.234 seconds
+        Complete requests:      1000
+        Failed requests:        3
+           (Connect: 1, Receive: 0, Length: 2, Exceptions: 0)
+        Non-2xx responses:      5
+        Keep-Alive requests:    990
+        Time per request:       12.340 [ms] (mean)
+        Time per request:       1.234 [ms] (mean, across all concurrent requests)
+        """)
+    figures = httpload.parse_ab(text)
+    assert figures["wall_s"] == 1.234 and figures["completed"] == 1000
+    assert figures["failed"] == 3 and figures["non2xx"] == 5 and figures["mean_ms"] == 12.34
+    assert figures["fail_length"] == 2 and figures["keepalive_requests"] == 990
+
+
+# --- dying with the job ---------------------------------------------------------------
+
+_JOB = """
+import sys
+from perfgrid.experiments import get
+case = get("http").prepare(
+    {"variant": "asyncio", "client": sys.argv[2], "keepalive": "off", "binding": "none",
+     "workers": 2, "concurrency": 5},
+    {"requests": "10000000", "database": sys.argv[1], "timeout_s": "60"})
+case.time(1)
+"""
+
+
+@pytest.mark.parametrize("client", ["builtin", "ab"])
+def test_sigkill_of_the_job_kills_servers_and_load(tmp_path, client):
+    if client == "ab" and not HAVE_AB:
+        pytest.skip("ab not installed")
+    job = subprocess.Popen([sys.executable, "-c", _JOB, str(tmp_path / "k.sqlite"), client])
+    pids: list[int] = []
+    try:
+        deadline = time.monotonic() + 20
+        want = 3 if client == "ab" else 2
+        while len(kids := psutil.Process(job.pid).children()) < want:
+            assert job.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        while httpserver.read_counter(tmp_path / "k.sqlite") == 0:  # the load is running
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        pids = [k.pid for k in kids]
+        os.kill(job.pid, signal.SIGKILL)
+        job.wait(5)
+        assert gone(pids), [psutil.Process(p).cmdline() for p in pids if psutil.pid_exists(p)]
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+        for pid in pids:  # a failed test must not leave its servers behind either
+            with contextlib.suppress(psutil.NoSuchProcess):
+                psutil.Process(pid).kill()
+
+
+# --- bad input: a clear error, nothing left running -----------------------------------
+
+
+def test_concurrency_above_requests_is_refused(tmp_path):
+    section = {"servers": ["asyncio"], "clients": ["ab"], "keepalive": ["off"],
+               "bindings": ["none"], "workers": [1], "concurrency": [10, 1000],
+               "requests": 500}
+    with pytest.raises(ValueError, match=r"http.concurrency: \[1000\] above requests"):
+        EXP.points(section, {})
+    extra = {**section, "concurrency": [10], "extra_grids": [{"requests": 5}]}
+    with pytest.raises(ValueError, match=r"extra_grids\[0\].concurrency"):
+        EXP.points(extra, {})
+    before = descendants()
+    with pytest.raises(ValueError, match="exceeds http.requests"):
+        EXP.prepare(point(concurrency=50), {"requests": "10", "database": str(tmp_path / "d")})
+    assert descendants() == before
+
+
+def test_zero_workers_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="http.workers"):
+        EXP.prepare(point(workers=0), {"database": str(tmp_path / "d")})
+    with pytest.raises(ValueError, match="http.workers"):
+        httpserver.ServerGroup("asyncio", tmp_path / "d", [])
+
+
+def test_taken_port_is_refused_and_nothing_is_left(tmp_path):
+    taker = socket.socket()
+    taker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)  # would share it silently
+    taker.bind(("127.0.0.1", 0))
+    taker.listen()
+    before = descendants()
+    try:
+        with pytest.raises(ValueError, match=r"http.port: 127.0.0.1:\d+ is already in use"):
+            EXP.prepare(point(workers=2), {"port": str(taker.getsockname()[1]),
+                                           "database": str(tmp_path / "d")})
+    finally:
+        taker.close()
+    assert descendants() == before
+
+
+def test_unwritable_database_is_refused_and_nothing_is_left(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    before = descendants()
+    with pytest.raises(ValueError, match="http.database: cannot write"):
+        EXP.prepare(point(), {"database": str(blocker / "counter.sqlite")})
+    assert descendants() == before
+
+
+def test_fixed_port_can_be_reused_right_after_a_run(db):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for _ in range(2):  # the first run leaves TIME_WAIT connections on the port
+        with httpserver.ServerGroup("asyncio", db, binding.plan("none", 1), port=port) as group:
+            assert httpload.run_builtin(group.port, 50, 5, False, 10).ok == 50
+
+
+# --- the grid and the schema ------------------------------------------------------------
+
+BASE = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+
+
+def full_section() -> dict:
+    config = copy.deepcopy(BASE)
+    validate(config, SCHEMA)
+    return settings.effective(config, check_disk=False)["http"]
+
+
+def test_full_grid_holds_the_seed_points():
+    section = full_section()
+    points = EXP.points(section, {})
+    assert len(points) == len({tuple(p.values()) for p in points})
+    seed = [p for p in points if p["client"] == "ab" and p["keepalive"] == "off"
+            and p["variant"] == "asyncio" and p["binding"] == "none" and p["workers"] == 1]
+    assert sorted(p["concurrency"] for p in seed) == [1, 10, 100, 500, 1000]
+    assert {EXP.requests_for(section, p) for p in seed} == {100000}
+
+
+def test_bare_yaml_keepalive_words_mean_off_and_on():
+    section = {"servers": ["asyncio"], "clients": ["builtin"], "keepalive": [False, True],
+               "bindings": ["none"], "workers": [1], "concurrency": [1], "requests": 10}
+    assert sorted(p["keepalive"] for p in EXP.points(section, {})) == ["off", "on"]
+    assert yaml.safe_load("[off, on]") == [False, True]
+
+
+@pytest.mark.parametrize("key, value, needle", [
+    ("workers", [0], "workers"), ("servers", ["tornado"], "tornado"), ("clients", ["wrk"], "wrk"),
+    ("keepalive", ["maybe"], "maybe"), ("concurrency", [0], "concurrency"),
+    ("requests", 0, "requests"), ("port", 70000, "port"), ("bindings", ["loose"], "loose"),
+    ("timeout_s", 0, "timeout_s"), ("extra_grids", [{"colour": "blue"}], "colour"),
+    ("extra_grids", [{"workers": [0]}], "workers"), ("extra_grids", [{}], "extra_grids"),
+    ("colour", "blue", "colour"), ("database", "a;b", "database"),
+])
+def test_schema_rejects_bad_values_naming_the_key(key, value, needle):
+    config = copy.deepcopy(BASE)
+    config["http"][key] = value
+    with pytest.raises(Exception) as info:
+        validate(config, SCHEMA)
+    assert needle in str(info.value)
+
+
+def test_unavailable_names_the_missing_tool(monkeypatch):
+    monkeypatch.setattr(httpserver, "uvloop_missing", lambda: "uvloop cannot be imported")
+    assert "uvloop" in EXP.unavailable(point(variant="uvloop"))
+    monkeypatch.setattr("shutil.which", lambda tool: None)
+    assert "apache2-utils" in EXP.unavailable(point(client="ab"))
+    assert EXP.unavailable(point(client="builtin")) is None
+
+
+# --- analysis: verdicts come from the data ----------------------------------------------
+
+
+def table(rates: dict[tuple, float]) -> pd.DataFrame:
+    """Rows (variant, binding, workers, concurrency) -> rate, loaded like the seed."""
+    return pd.DataFrame([
+        {"variant": v, "client": "ab", "keepalive": "off", "binding": b, "workers": w,
+         "concurrency": c, "rate": r, "server_cpus": 0.9, "client_cpus": 0.4, "ok": 100,
+         "errors": 0, "non2xx": 0, "latency_p99_ms": 5.0}
+        for (v, b, w, c), r in rates.items()])
+
+
+def verdicts(frame) -> list[str]:
+    return [c.verdict for c in analysis.claims(frame)]
+
+
+def test_claims_follow_the_data():
+    good = table({("asyncio", "none", 1, 500): 4000, ("asyncio", "none", 2, 500): 6000,
+                  ("asyncio", "spread", 2, 500): 7000, ("asyncio", "none", 1, 1000): 1000,
+                  ("asyncio", "none", 2, 1000): 2000, ("asyncio", "spread", 2, 1000): 2500})
+    assert verdicts(good) == ["reproduced"] * 3
+    flat = table({("asyncio", "none", 1, 500): 4000, ("asyncio", "none", 2, 500): 4000,
+                  ("asyncio", "spread", 2, 500): 3000, ("asyncio", "none", 1, 1000): 3900,
+                  ("asyncio", "none", 2, 1000): 3900, ("asyncio", "spread", 2, 1000): 3000})
+    assert verdicts(flat) == ["not reproduced"] * 3
+    sparse = table({("asyncio", "none", 1, 10): 4000})
+    assert verdicts(sparse) == ["inconclusive"] * 3
+
+
+def test_plots_and_notes_are_written(tmp_path):
+    frame = table({("asyncio", "none", 1, 10): 4000, ("uvloop", "none", 1, 10): 5000,
+                   ("asyncio", "spread", 2, 100): 4500})
+    written = analysis.plot(frame, tmp_path)
+    assert {p.stem for p in written} == {"rate_by_concurrency", "latency_p99_by_concurrency",
+                                         "cpu_by_concurrency"}
+    assert all(p.stat().st_size > 0 for p in written)
+    notes = analysis.notes(frame)
+    assert analysis.SEED_ROWS == [] and "no figures" in notes[0]
+    assert any("uvloop over asyncio: median 1.25x" in n for n in notes)
+
+
+def test_a_load_stops_at_its_deadline(db):
+    with httpserver.ServerGroup("asyncio", db, binding.plan("none", 1)) as group:
+        started = time.monotonic()
+        result = httpload.run_builtin(group.port, 10_000_000, 4, True, deadline_s=0.3)
+        assert time.monotonic() - started < 3
+        if HAVE_AB:
+            capped = httpload.run_ab(group.port, 10_000_000, 4, True, deadline_s=1)
+            assert capped.timed_out and capped.completed < capped.requests
+    assert result.timed_out and result.unanswered > 0
+    with pytest.raises(CorrectnessError, match="deadline"):
+        check_load(result, httpserver.read_counter(db))

@@ -1,0 +1,217 @@
+"""Faults, bad input and noise: an interrupted, misconfigured or disturbed run
+never yields a wrong number silently, and nothing is lost."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pyperf
+import pytest
+
+from conftest import REPO, SNAKEMAKE, write_config
+from perfgrid import atomic, noise
+
+pytestmark = pytest.mark.pipeline
+
+GRID = {
+    "host": "rel",
+    "experiments": ["file_read"],
+    "noise": {"busy_share": 1.0},  # these runs test plumbing, not figures: never wait
+    "testfile": {"size": "32MiB", "seed": 5},
+    "file_read": {
+        "variants": ["read", "readinto", "dd"],
+        "block_sizes": [1024, 4096, 65536],
+        "caches": ["warm"],
+        "measure": {"processes": 1, "values": 3, "warmups": 1, "loops": 1},
+    },
+}
+POINTS = 9
+
+
+def start(workdir: Path, *args: str) -> subprocess.Popen:
+    cmd = [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
+           "--configfile", str(workdir / "config.yaml"), *args]
+    return subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+
+def finish(workdir: Path, *args: str) -> str:
+    proc = start(workdir, "--cores", "2", *args)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    return out
+
+
+def results(workdir: Path) -> list[Path]:
+    return sorted((workdir / "results/rel/raw").rglob("*.json"))
+
+
+def wait_for_results(workdir: Path, count: int, proc: subprocess.Popen, timeout: float = 240):
+    deadline = time.monotonic() + timeout
+    while len(results(workdir)) < count:
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        assert time.monotonic() < deadline, "no results appeared"
+        time.sleep(0.2)
+
+
+def bench_processes() -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if any("perfgrid.bench" in part for part in cmd) and "rel" in " ".join(cmd):
+            found.append(proc)
+    return found
+
+
+def assert_no_orphans(grace: float = 10.0) -> None:
+    deadline = time.monotonic() + grace
+    while bench_processes() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert bench_processes() == []
+
+
+def assert_complete(workdir: Path) -> None:
+    files = results(workdir)
+    assert len(files) == POINTS
+    for path in files:
+        assert len(pyperf.Benchmark.load(str(path)).get_values()) == 3
+    assert not list((workdir / "results").rglob(".*.tmp*"))
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    write_config(tmp_path, GRID)
+    return tmp_path
+
+
+@pytest.mark.parametrize("how", ["sigint", "sigkill_snakemake", "sigkill_job"])
+def test_interrupted_run_resumes_with_nothing_lost(workdir, how):
+    proc = start(workdir, "--cores", "2")
+    wait_for_results(workdir, 2, proc)
+    time.sleep(1.5)  # let Snakemake record the first results as complete
+    interrupted = time.time()
+    if how == "sigint":
+        proc.send_signal(signal.SIGINT)
+    elif how == "sigkill_snakemake":
+        proc.kill()
+    else:
+        deadline = time.monotonic() + 60
+        while not (jobs := [p for p in bench_processes()
+                            if "--worker" not in p.cmdline()]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        jobs[0].kill()
+    proc.communicate(timeout=120)
+    assert_no_orphans()
+    assert 2 <= len(results(workdir)) < POINTS
+    # results finished well before the interrupt were recorded as complete
+    done_before = {p: p.stat().st_mtime for p in results(workdir)
+                   if p.stat().st_mtime < interrupted - 1.0}
+    assert done_before
+    if how == "sigkill_snakemake":  # a killed Snakemake leaves its lock behind
+        finish(workdir, "--unlock")
+    finish(workdir)
+    assert_complete(workdir)
+    # only the incomplete jobs ran again: finished results are untouched
+    assert all(p.stat().st_mtime == m for p, m in done_before.items())
+
+
+def test_second_run_on_the_same_folder_is_refused(workdir):
+    first = start(workdir, "--cores", "2")
+    wait_for_results(workdir, 1, first)
+    second = start(workdir, "--cores", "2")
+    out, _ = second.communicate(timeout=120)
+    assert second.returncode != 0
+    assert "cannot be locked" in out or "LockException" in out
+    out, _ = first.communicate(timeout=600)
+    assert first.returncode == 0, out[-3000:]
+    assert_complete(workdir)
+
+
+def _tmpfs(path: Path, size: str) -> bool:
+    path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                          capture_output=True)
+    return done.returncode == 0
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path):
+    mount = tmp_path / "small"
+    if os.geteuid() != 0 or not _tmpfs(mount, "2m"):
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_test_file_without_room_fails_before_any_job(workdir, small_fs):
+    write_config(workdir, {**GRID, "testfile": {"size": "8MiB", "path": str(small_fs / "t.bin")}})
+    proc = start(workdir, "--cores", "1")
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert "testfile.size" in out and "8,388,608 bytes" in out and "free" in out
+    assert list(small_fs.iterdir()) == []
+    assert not (workdir / "results").exists()
+
+
+def test_unwritable_results_folder_fails_with_the_path(workdir, small_fs):
+    subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], check=True)
+    write_config(workdir, {**GRID, "results": str(small_fs / "results"),
+                           "testfile": {"size": "1MiB", "path": str(workdir / "t.bin")}})
+    proc = start(workdir, "--cores", "1")
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert "cannot write results" in out and str(small_fs) in out
+
+
+def test_full_disk_half_way_leaves_no_partial_file(small_fs):
+    target = small_fs / "result.json"
+    with pytest.raises(OSError):
+        atomic.write_json(target, {"values": "x" * (4 << 20)})
+    assert list(small_fs.iterdir()) == []
+
+
+def test_missing_tool_rows_are_skipped_with_the_reason(workdir, tmp_path):
+    # a PATH with everything in /usr/bin and /bin except fio
+    hidden = tmp_path / "bin"
+    hidden.mkdir()
+    for folder in ("/usr/local/bin", "/usr/bin", "/bin"):
+        for name in os.listdir(folder):
+            if name != "fio" and not (hidden / name).exists():
+                (hidden / name).symlink_to(Path(folder) / name)
+    write_config(workdir, {**GRID, "file_read": {**GRID["file_read"],
+                                                 "variants": ["read", "fio"],
+                                                 "block_sizes": [65536],
+                                                 "parallel_block_sizes": [1048576],
+                                                 "workers": [1], "bindings": ["none"]}})
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{hidden}"}
+    done = subprocess.run(
+        [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
+         "--configfile", str(workdir / "config.yaml"), "--cores", "2"],
+        cwd=workdir, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    skipped = json.loads((workdir / "results/rel/skipped.json").read_text())
+    assert [s["variant"] for s in skipped] == ["fio"]
+    assert "fio not found" in skipped[0]["reason"]
+    report = (workdir / "results/rel/report.md").read_text()
+    assert "Skipped points" in report and "fio not found" in report
+
+
+def test_busy_machine_is_waited_for_then_flagged():
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(len(os.sched_getaffinity(0)))]
+    try:
+        time.sleep(0.3)
+        seen = noise.wait_until_quiet(0.25, checks=2)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert seen["perfgrid_busy_checks"] == 2
+    assert seen["perfgrid_noisy"] == 1 and seen["perfgrid_busy_share"] > 0.25

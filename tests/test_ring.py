@@ -1,0 +1,272 @@
+"""ring (seed E5 b): every ring passes its tokens, pins its members, leaves nothing behind."""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pandas as pd
+import psutil
+import pytest
+import yaml
+from snakemake.utils import validate
+
+from perfgrid import binding, settings
+from perfgrid.analysis import ring as analysis
+from perfgrid.experiments import get
+from perfgrid.experiments import ring as ring_mod
+
+from conftest import REPO
+
+EXP = get("ring")
+HAVE_UVLOOP = ring_mod.uvloop_missing() is None
+HAVE_CC = shutil.which("cc") is not None
+SCHEMA = str(REPO / "workflow" / "schemas" / "config.schema.yaml")
+FULL = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+LOOPS = ["asyncio", pytest.param("uvloop", marks=pytest.mark.skipif(
+    not HAVE_UVLOOP, reason="uvloop not installed"))]
+OPTIONS = {"rings": "3", "size": "4", "rounds": "5", "worker_rounds": "50"}
+
+
+@pytest.fixture(scope="module")
+def native_binary(tmp_path_factory) -> str:
+    if not HAVE_CC:
+        pytest.skip("no C compiler")
+    out = tmp_path_factory.mktemp("bin") / "ring"
+    subprocess.run(["cc", "-O2", "-Wall", "-o", str(out),
+                    str(REPO / "src" / "perfgrid" / "native" / "ring.c")], check=True)
+    return str(out)
+
+
+def gone(pids, timeout=5.0) -> bool:
+    """True once none of ``pids`` is a live (non-zombie) process."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = []
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    alive.append(pid)
+            except psutil.NoSuchProcess:
+                pass
+        if not alive:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("variant", LOOPS)
+def test_task_rings_pass_every_token_and_cancel_every_member(variant):
+    rings = ring_mod.TaskRings(variant, rings=3, size=4)
+    try:
+        assert rings.alive() == 3 * 3
+        assert rings.run(10) > 0
+        assert all(q.empty() for inboxes in rings.inboxes for q in inboxes)
+    finally:
+        rings.close()
+    assert rings.alive() == 0
+
+
+@pytest.mark.parametrize("bind", ["none", "single", "spread"])
+def test_thread_ring_pins_members_and_joins_them(bind):
+    saved = sorted(os.sched_getaffinity(0))
+    plan = binding.plan(bind, 3)
+    ring = ring_mod.ThreadRing(plan)
+    try:
+        assert ring.actual == plan
+        assert ring.run(50) > 0
+        assert all(q.empty() for q in ring.queues)
+    finally:
+        ring.close()
+    assert ring.alive() == 0
+    assert not [t for t in threading.enumerate() if t.name.startswith("ring-")]
+    assert sorted(os.sched_getaffinity(0)) == saved
+
+
+@pytest.mark.parametrize("bind", ["none", "single", "spread"])
+def test_pipe_ring_pins_members_and_reaps_them(bind):
+    saved = sorted(os.sched_getaffinity(0))
+    plan = binding.plan(bind, 3)
+    ring = ring_mod.PipeRing(plan)
+    pids = list(ring.pids)
+    try:
+        assert len(pids) == 2
+        assert ring.actual == plan
+        assert ring.run(50) > 0
+        before = ring_mod.process_usage(pids)
+        ring.run(200)
+        after = ring_mod.process_usage(pids)
+        assert after.ctx_voluntary - before.ctx_voluntary >= 200  # each member woke per trip
+    finally:
+        ring.close()
+    ring.close()  # twice is harmless
+    assert gone(pids, timeout=0.5)
+    assert not psutil.Process().children()
+    assert sorted(os.sched_getaffinity(0)) == saved
+
+
+def test_pipe_ring_members_die_with_a_killed_job():
+    script = textwrap.dedent("""
+        import sys, time
+        from perfgrid import binding
+        from perfgrid.experiments.ring import PipeRing
+        ring = PipeRing(binding.plan("none", 4))
+        print(" ".join(map(str, ring.pids)), flush=True)
+        while True:
+            ring.run(100)
+    """)
+    job = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in job.stdout.readline().split()]
+        assert len(pids) == 3
+        job.send_signal(signal.SIGKILL)
+        job.wait(5)
+        assert gone(pids)
+    finally:
+        job.kill()
+        job.wait()
+
+
+def test_native_ring_counts_pins_and_reports(native_binary):
+    plan = binding.plan("spread", 3)
+    report = ring_mod.run_native(ring_mod.native_command(native_binary, 3, 100, plan))
+    assert report["messages"] == 300
+    assert report["cpus"] == binding.describe(plan)
+    assert report["seconds"] > 0 and report["setup_seconds"] > 0
+    assert report["ctx_voluntary"] >= 300
+    assert not psutil.Process().children()
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["1", "10", "0"], "WORKERS"),
+    (["2", "0", "0|0"], "ROUNDS"),
+    (["2", "10", "0"], "PLAN"),
+    (["2", "10", "0|x"], "PLAN"),
+])
+def test_native_ring_refuses_bad_arguments(native_binary, args, needle):
+    with pytest.raises(RuntimeError, match=needle):
+        ring_mod.run_native([native_binary, *args])
+
+
+@pytest.mark.parametrize("variant, bind, workers", [
+    ("asyncio", "single", 1),
+    pytest.param("uvloop", "none", 1, marks=pytest.mark.skipif(not HAVE_UVLOOP,
+                                                                reason="uvloop not installed")),
+    ("thread", "single", 2),
+    ("process_pipe", "spread", 3),
+    ("native", "single", 2),
+])
+def test_case_measures_messages_and_the_cpu_split(native_binary, variant, bind, workers):
+    saved = sorted(os.sched_getaffinity(0))
+    pt = {"variant": variant, "binding": bind, "workers": workers}
+    case = EXP.prepare(pt, {**OPTIONS, "binary": native_binary})
+    try:
+        assert case.time(2) > 0
+        seen = case.observed()
+    finally:
+        case.close()
+    expected = 3 * 4 * 5 if workers == 1 else workers * 50
+    assert case.work_per_loop == expected
+    assert seen["perfgrid_worker_cpus"] == binding.describe(binding.plan(bind, workers))
+    assert 0 <= seen["perfgrid_sys_share"] <= 1
+    total = seen["perfgrid_user_pct"] + seen["perfgrid_sys_pct"] + seen["perfgrid_idle_pct"]
+    assert total == pytest.approx(100, abs=1) or seen["perfgrid_idle_pct"] == 0
+    assert seen["perfgrid_setup_s"] >= 0
+    assert sorted(os.sched_getaffinity(0)) == saved
+    assert not psutil.Process().children()
+
+
+def test_points_one_worker_for_loops_every_workers_and_binding_for_rings():
+    section = {"variants": ["asyncio", "process_pipe", "native"], "workers": [2, 4],
+               "bindings": ["none", "compact", "spread"], "rings": 10, "size": 10}
+    points = EXP.points(section, {})
+    loop = [p for p in points if p["variant"] == "asyncio"]
+    assert loop == [{"variant": "asyncio", "binding": "none", "workers": 1},
+                    {"variant": "asyncio", "binding": "single", "workers": 1}]
+    assert len(points) == 2 + 2 * 2 * 3
+    with pytest.raises(ValueError, match="ring.rings x ring.size"):
+        EXP.points({**section, "rings": 100_000, "size": 100}, {})
+
+
+def test_full_grid_holds_the_seeds_1000_rings_of_100():
+    config = copy.deepcopy(FULL)
+    validate(config, SCHEMA)
+    cfg = settings.effective(config, check_disk=False)
+    assert (cfg["ring"]["rings"], cfg["ring"]["size"]) == (1000, 100)
+    variants = {p["variant"] for p in settings.grid(cfg, "ring")}
+    assert variants == {"asyncio", "uvloop", "thread", "process_pipe", "native"}
+
+
+def test_missing_tools_are_skip_reasons(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert "cc" in EXP.unavailable({"variant": "native", "binding": "none", "workers": 2})
+    assert EXP.unavailable({"variant": "process_pipe", "binding": "none", "workers": 2}) is None
+    monkeypatch.setattr(ring_mod.importlib.util, "find_spec", lambda name: None)
+    assert "uvloop" in EXP.unavailable({"variant": "uvloop", "binding": "none", "workers": 1})
+
+
+def test_ratio_to_native_only_at_the_same_workers_and_binding():
+    table = pd.DataFrame([
+        {"variant": "native", "workers": 2, "binding": "single", "rate": 300.0},
+        {"variant": "process_pipe", "workers": 2, "binding": "single", "rate": 150.0},
+        {"variant": "process_pipe", "workers": 2, "binding": "spread", "rate": 20.0},
+        {"variant": "asyncio", "workers": 1, "binding": "single", "rate": 100.0},
+    ])
+    ratio = EXP.ratio_to_native(table)
+    assert ratio.iloc[1] == pytest.approx(0.5)
+    assert ratio.iloc[[2, 3]].isna().all()
+
+
+BAD = [
+    ("ring.workers", [1], "workers"),
+    ("ring.workers", [], "workers"),
+    ("ring.bindings", ["loose"], "bindings"),
+    ("ring.variants", ["mpi"], "variants"),
+    ("ring.rings", 0, "rings"),
+    ("ring.size", 1, "size"),
+    ("ring.rounds", 2.5, "rounds"),
+    ("ring.worker_rounds", 0, "worker_rounds"),
+    ("ring.measure", {"warmups": -1}, "warmups"),
+    ("ring.processes", 4, "processes"),
+]
+
+
+@pytest.mark.parametrize("key, value, needle", BAD, ids=[f"{k}={v}" for k, v, _ in BAD])
+def test_schema_rejects_bad_values_naming_the_key(key, value, needle):
+    config = copy.deepcopy(FULL)
+    section, leaf = key.split(".")
+    config[section][leaf] = value
+    with pytest.raises(Exception) as info:
+        validate(config, SCHEMA)
+    assert needle in str(info.value) + str(info.value.__cause__ or "")
+
+
+def test_analysis_plots_and_decides_claims_from_a_table(tmp_path):
+    rows = []
+    for variant, runtime in (("native", "native"), ("process_pipe", "python"),
+                             ("thread", "python")):
+        for bind, us in (("none", 30.0), ("single", 3.0), ("spread", 30.0)):
+            rows.append({"variant": variant, "runtime": runtime, "binding": bind,
+                         "workers": 2, "us_per_message": us, "rate": 1e6 / us,
+                         "sys_share": 0.9 if variant != "thread" else 0.6,
+                         "user_pct": 5.0, "sys_pct": 40.0, "idle_pct": 55.0,
+                         "ctx_per_message": 1.0, "ratio_to_native": 1.0, "setup_s": 0.01,
+                         "rings": 1, "ring_members": 2})
+    rows.append({"variant": "asyncio", "runtime": "python", "binding": "none", "workers": 1,
+                 "us_per_message": 10.0, "rate": 1e5, "sys_share": 0.02, "user_pct": 49.0,
+                 "sys_pct": 1.0, "idle_pct": 50.0, "ctx_per_message": 0.0, "setup_s": 2.5,
+                 "ratio_to_native": float("nan"), "rings": 1000, "ring_members": 100})
+    table = pd.DataFrame(rows)
+    written = analysis.plot(table, tmp_path)
+    assert {p.stem for p in written} >= {"cost_by_binding", "cpu_split"}
+    verdicts = [c.verdict for c in analysis.claims(table)]
+    assert verdicts == ["reproduced", "reproduced", "reproduced", "reproduced", "reproduced"]
+    assert all(c.verdict == "inconclusive" for c in analysis.claims(table.iloc[0:0]))
+    assert len(analysis.notes(table)) >= 2

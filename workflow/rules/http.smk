@@ -1,0 +1,40 @@
+# http (seed E5 a): one pyperf job per grid point; the job starts its own server
+# workers (set-up, outside the timing), loads them and stops them.
+
+HTTP = experiments.get("http")
+HTTP_DATABASE = SETTINGS.get("http", {}).get("database") or str(
+    LAYOUT.root / "data" / "http.sqlite"
+)
+
+
+def http_options(wildcards):
+    """--option words of one job: its request count, the database, port and deadline."""
+    point = HTTP.parse_point(dict(wildcards.items()))
+    options = HTTP.options(SETTINGS.get("http", {}), point, HTTP_DATABASE)
+    return shlex.join(w for key, value in options.items() for w in ("--option", f"{key}={value}"))
+
+
+rule http:
+    input:
+        workload=f"{SRC}/experiments/http.py",
+        server=f"{SRC}/httpserver.py",
+        load=f"{SRC}/httpload.py",
+    output:
+        LAYOUT.raw_pattern("http", HTTP.axes),
+    log:
+        LAYOUT.log_pattern("http", HTTP.axes),
+    params:
+        bench=bench_params("http"),
+        options=http_options,
+    wildcard_constraints:
+        client="ab|builtin",
+        keepalive="off|on",
+        concurrency=r"\d+",
+    threads: BENCH_THREADS
+    resources:
+        bench=1,
+    conda:
+        CONDA_ENV
+    shell:
+        "python -m perfgrid.bench http {params.bench} {params.options} "
+        "--result {output:q} > {log:q} 2>&1"

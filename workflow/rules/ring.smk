@@ -1,0 +1,51 @@
+# ring (seed E5 b): the C ring is built once; one pyperf job per grid point.
+
+
+rule ring_binary:
+    input:
+        f"{SRC}/native/ring.c",
+    output:
+        LAYOUT.native_binary("ring"),
+    log:
+        LAYOUT.log("ring", "build.log"),
+    conda:
+        CONDA_ENV
+    shell:
+        "${{CC:-cc}} -O2 -Wall -o {output:q} {input:q} > {log:q} 2>&1"
+
+
+def ring_native_input(wildcards):
+    """The C ring, for the native points only."""
+    return [str(LAYOUT.native_binary("ring"))] if wildcards.variant == "native" else []
+
+
+def ring_options(wildcards, input):
+    """The ring's sizes (and the C ring's path) as harness options."""
+    section = SETTINGS["ring"]
+    words = []
+    for key in ("rings", "size", "rounds", "worker_rounds"):
+        words += ["--option", f"{key}={section[key]}"]
+    if input.binary:
+        words += ["--option", f"binary={input.binary}"]
+    return shlex.join(words)
+
+
+rule ring:
+    input:
+        workload=f"{SRC}/experiments/ring.py",
+        binary=ring_native_input,
+    output:
+        LAYOUT.raw_pattern("ring", experiments.get("ring").axes),
+    log:
+        LAYOUT.log_pattern("ring", experiments.get("ring").axes),
+    params:
+        bench=bench_params("ring"),
+        options=ring_options,
+    threads: BENCH_THREADS
+    resources:
+        bench=1,
+    conda:
+        CONDA_ENV
+    shell:
+        "python -m perfgrid.bench ring {params.bench} {params.options} "
+        "--result {output:q} > {log:q} 2>&1"

@@ -1,0 +1,29 @@
+# timers (seed E4): one pyperf job per grid point. A storm runs tens of seconds
+# and prints its progress every few seconds into the job's log.
+
+
+rule timers:
+    input:
+        workload=f"{SRC}/experiments/timers.py",
+    output:
+        LAYOUT.raw_pattern("timers", experiments.get("timers").axes),
+    log:
+        LAYOUT.log_pattern("timers", experiments.get("timers").axes),
+    wildcard_constraints:
+        seeding="independent|identical",
+        gc="on|off",
+        tasks=r"\d+",
+        rounds=r"\d+",
+        max_sleep=r"\d+\.\d+",
+    params:
+        bench=bench_params("timers"),
+        seed=SETTINGS["timers"]["seed"],
+        progress=SETTINGS["timers"]["progress_s"],
+    threads: BENCH_THREADS
+    resources:
+        bench=1,
+    conda:
+        CONDA_ENV
+    shell:
+        "python -m perfgrid.bench timers {params.bench} --option seed={params.seed} "
+        "--option progress={params.progress} --result {output:q} > {log:q} 2>&1"
