@@ -5,6 +5,8 @@ configfile: "config/config.yaml"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/setup.smk"
+include: "workflow/rules/erlang.smk"
 include: "workflow/rules/file_read.smk"
 include: "workflow/rules/syscall.smk"
 include: "workflow/rules/spawn.smk"

@@ -15,8 +15,9 @@ import psutil
 import pyperf
 import pytest
 
-from conftest import REPO, SNAKEMAKE, write_config
 from perfgrid import atomic, noise
+
+from conftest import REPO, SNAKEMAKE, write_config
 
 pytestmark = pytest.mark.pipeline
 

@@ -201,7 +201,7 @@ def test_full_grid_holds_the_seeds_1000_rings_of_100():
     cfg = settings.effective(config, check_disk=False)
     assert (cfg["ring"]["rings"], cfg["ring"]["size"]) == (1000, 100)
     variants = {p["variant"] for p in settings.grid(cfg, "ring")}
-    assert variants == {"asyncio", "uvloop", "thread", "process_pipe", "native"}
+    assert variants == {"asyncio", "uvloop", "thread", "process_pipe", "native", "erlang"}
 
 
 def test_missing_tools_are_skip_reasons(monkeypatch):

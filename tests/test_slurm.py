@@ -58,7 +58,8 @@ def _idle_local_partition() -> tuple[str | None, str]:
     except subprocess.TimeoutExpired:
         return None, "sinfo did not answer within 15 s (no slurmctld running?)"
     if out.returncode != 0:
-        return None, f"sinfo failed, no SLURM controller answers: {out.stderr.strip()[:200]}"
+        said = "; ".join(out.stderr.split("\n")[:2]).strip()[:200]
+        return None, f"sinfo failed, no SLURM controller answers ({said})"
     here = {socket.gethostname().split(".")[0], "localhost"}
     rows = [line.split("|") for line in out.stdout.split()]
     for node, partition, state in rows:

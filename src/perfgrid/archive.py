@@ -105,7 +105,14 @@ def create(results_root: Path, output: Path) -> Path:
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_name(f".{output.name}.tmp")
     try:
+        # folders too, so that their mtimes come back (a plot folder is an output)
+        folders = [path for path in [results_root, *sorted(results_root.rglob("*"))]
+                   if path.is_dir() and not any(part.startswith(".") for part in
+                                                path.relative_to(results_root).parts)]
         with tarfile.open(tmp, "w:gz") as tar:
+            for path in folders:
+                name = f"results/{host}/{path.relative_to(results_root)}".removesuffix("/.")
+                tar.add(path, arcname=f"{top}/{name}", recursive=False)
             for name, path in entries:
                 tar.add(path, arcname=f"{top}/{name}", recursive=False)
             for name, data in generated.items():

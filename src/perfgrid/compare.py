@@ -44,7 +44,12 @@ def _significance(a: str, b: str) -> tuple[str, float]:
     vb = pyperf.Benchmark.load(b).get_values()
     if len(va) < 2 or len(vb) < 2:
         return "not testable", float("nan")
-    significant, t_score = is_significant(va, vb)
+    if sorted(va) == sorted(vb):  # identical samples: the t-test would divide by zero
+        return "not significant", 0.0
+    try:
+        significant, t_score = is_significant(va, vb)
+    except ZeroDivisionError:  # both samples constant, but different
+        return "not testable", float("nan")
     return ("significant" if significant else "not significant"), t_score
 
 

@@ -12,6 +12,7 @@ Two mechanisms, because a job can lose its parent in two ways:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
@@ -37,10 +38,8 @@ def kill_tree(root: psutil.Process | None = None, include_root: bool = False) ->
     if include_root:
         victims.append(root)
     for proc in victims:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
-        except psutil.NoSuchProcess:
-            pass
     psutil.wait_procs(victims, timeout=5)
     return len(victims)
 

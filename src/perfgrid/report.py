@@ -74,16 +74,22 @@ def flags(table: pd.DataFrame, cv_threshold: float) -> pd.DataFrame:
 
 def seed_comparison(seed_rows: list[dict], table: pd.DataFrame,
                     axes: tuple[str, ...]) -> pd.DataFrame:
-    """Each seed row beside the best matching row of this machine, by runtime."""
+    """Each seed row beside the best matching row of this machine, by runtime.
+
+    A seed row's ``<runtime>_variant`` (e.g. ``erlang_variant: erlang_read``)
+    names the variant that runtime's rows carry, where it differs from the
+    seed row's own ``variant``.
+    """
     out = []
     for seed in seed_rows:
         keys = [k for k in axes if k in seed and k in table]
-        match = table
-        for key in keys:
-            match = match[match[key] == seed[key]]
         row = {**{k: seed[k] for k in keys}, "seed_runtime": seed.get("runtime", ""),
                "seed_rate": seed["rate"]}
         for runtime in ("python", "native", "erlang"):
+            wanted = {**seed, "variant": seed.get(f"{runtime}_variant", seed.get("variant"))}
+            match = table
+            for key in keys:
+                match = match[match[key] == wanted[key]]
             found = match[match["runtime"] == runtime]
             rate = float(found["rate"].max()) if not found.empty else float("nan")
             row[f"{runtime}_rate"] = rate

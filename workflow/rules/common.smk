@@ -1,4 +1,4 @@
-# Validation, the effective config, grid expansion and the shared rules.
+# Validation, the effective config, grid expansion and input functions; no rules.
 import os
 import shlex
 import sys
@@ -16,14 +16,19 @@ try:
 except settings.ConfigError as err:
     raise WorkflowError(f"invalid config: {err}") from None
 
+envvars:
+    "PATH",
+
+
 # Jobs run `python` and import perfgrid from this checkout: the interpreter
 # running Snakemake comes first on PATH (its venv), src/ on PYTHONPATH.
-os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    filter(None, [os.path.join(workflow.basedir, "src"), os.environ.get("PYTHONPATH")])
+os.environ.update(
+    PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", os.defpath)]),
+    PYTHONPATH=os.pathsep.join(
+        filter(None, [os.path.join(workflow.basedir, "src"), os.environ.get("PYTHONPATH")])
+    ),
 )
 CONDA_ENV = "../envs/perfgrid.yaml"
-PYTHON = "python"  # deprecated spelling kept for rules not yet converted
 LAYOUT = Layout.for_host(SETTINGS["host"], SETTINGS["results"])
 TESTFILE = SETTINGS["testfile"]["path"]
 try:  # benchmark jobs take every core, so nothing runs beside them
@@ -42,8 +47,11 @@ onstart:
     from perfgrid.atomic import write_json
     from snakemake import __version__ as snakemake_version
 
+    from perfgrid.progress import start_reporter
+
     write_json(LAYOUT.run_record, {"argv": sys.argv, "started": time.time(),
                                    "cwd": os.getcwd(), "snakemake": snakemake_version})
+    start_reporter([r for e in SETTINGS["experiments"] for r in runnable(e)])
 
 
 wildcard_constraints:
@@ -76,7 +84,7 @@ def bench_params(experiment):
             words += ["--point", f"{axis}={wildcards[axis]}"]
         words += settings.measure_args(SETTINGS, experiment)
         words += ["--lock", str(LAYOUT.bench_lock)]
-        words += ["--busy-share", str(SETTINGS["noise"]["busy_share"])]
+        words += ["--busy-share", str(SETTINGS["noise"]["busy_share"]), "--verbose"]
         return shlex.join(words)
 
     return args
@@ -90,60 +98,21 @@ def all_outputs():
     return out
 
 
-rule machine:
-    output:
-        LAYOUT.machine,
-    log:
-        LAYOUT.log("machine.log"),
-    params:
-        testfile=TESTFILE,
-    conda:
-        CONDA_ENV
-    shell:
-        "python -m perfgrid.cli machine --testfile {params.testfile:q} {output:q} > {log:q} 2>&1"
+# Erlang (the seeds' runtime): the compiled modules of rule erlang_beam (erlang.smk).
+ERLANG_BEAMS = LAYOUT.native_binary("erlang")
 
 
-rule used_config:
-    output:
-        LAYOUT.used_config,
-    log:
-        LAYOUT.log("used_config.log"),
-    params:
-        config=config,
-    run:
-        import yaml
+def erlang_input(module):
+    """Input function: pg_util and ``module`` compiled, for the erlang* variants only."""
 
-        from perfgrid.atomic import write_text
+    def beams(wildcards):
+        if wildcards.variant.startswith("erlang"):
+            return [f"{ERLANG_BEAMS}/{m}.beam" for m in ("pg_util", module)]
+        return []
 
-        write_text(output[0], yaml.safe_dump(params.config, sort_keys=True))
+    return beams
 
 
-rule skipped:
-    output:
-        LAYOUT.skipped,
-    log:
-        LAYOUT.log("skipped.log"),
-    params:
-        skipped=skipped_points(),
-    run:
-        from perfgrid.atomic import write_json
-
-        write_json(output[0], params.skipped)
-
-
-rule testfile:
-    output:
-        # temp: regenerated in seconds when needed, never archived; once every
-        # benchmark that reads it is done, Snakemake removes it
-        data=temp(TESTFILE),
-        facts=TESTFILE + ".json",
-    log:
-        LAYOUT.log("testfile.log"),
-    params:
-        size=SETTINGS["testfile"]["size_bytes"],
-        seed=SETTINGS["testfile"]["seed"],
-    conda:
-        CONDA_ENV
-    shell:
-        "python -m perfgrid.cli testfile --size {params.size} --seed {params.seed} "
-        "{output.data:q} {output.facts:q} > {log:q} 2>&1"
+def erlang_options(wildcards, input):
+    """``--option beams=DIR`` where the job runs an Erlang program."""
+    return shlex.join(["--option", f"beams={ERLANG_BEAMS}"]) if input.beams else ""

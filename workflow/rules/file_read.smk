@@ -5,17 +5,19 @@ rule file_read:
     input:
         testfile=TESTFILE,
         workload=f"{SRC}/experiments/file_read.py",
+        beams=erlang_input("pg_file_read"),
     output:
         LAYOUT.raw_pattern("file_read", experiments.get("file_read").axes),
     log:
         LAYOUT.log_pattern("file_read", experiments.get("file_read").axes),
     params:
         bench=bench_params("file_read"),
+        erlang=erlang_options,
     threads: BENCH_THREADS
     resources:
         bench=1,
     conda:
         CONDA_ENV
     shell:
-        "python -m perfgrid.bench file_read {params.bench} "
+        "python -m perfgrid.bench file_read {params.bench} {params.erlang} "
         "--option testfile={input.testfile:q} --result {output:q} > {log:q} 2>&1"

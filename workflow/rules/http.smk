@@ -19,6 +19,7 @@ rule http:
         workload=f"{SRC}/experiments/http.py",
         server=f"{SRC}/httpserver.py",
         load=f"{SRC}/httpload.py",
+        beams=erlang_input("pg_http"),
     output:
         LAYOUT.raw_pattern("http", HTTP.axes),
     log:
@@ -26,6 +27,7 @@ rule http:
     params:
         bench=bench_params("http"),
         options=http_options,
+        erlang=erlang_options,
     wildcard_constraints:
         client="ab|builtin",
         keepalive="off|on",
@@ -36,5 +38,5 @@ rule http:
     conda:
         CONDA_ENV
     shell:
-        "python -m perfgrid.bench http {params.bench} {params.options} "
+        "python -m perfgrid.bench http {params.bench} {params.options} {params.erlang} "
         "--result {output:q} > {log:q} 2>&1"

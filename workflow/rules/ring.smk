@@ -34,6 +34,7 @@ rule ring:
     input:
         workload=f"{SRC}/experiments/ring.py",
         binary=ring_native_input,
+        beams=erlang_input("pg_ring"),
     output:
         LAYOUT.raw_pattern("ring", experiments.get("ring").axes),
     log:
@@ -41,11 +42,12 @@ rule ring:
     params:
         bench=bench_params("ring"),
         options=ring_options,
+        erlang=erlang_options,
     threads: BENCH_THREADS
     resources:
         bench=1,
     conda:
         CONDA_ENV
     shell:
-        "python -m perfgrid.bench ring {params.bench} {params.options} "
+        "python -m perfgrid.bench ring {params.bench} {params.options} {params.erlang} "
         "--result {output:q} > {log:q} 2>&1"

@@ -14,21 +14,13 @@ rule spawn_binary:
         "${{CC:-cc}} -O2 -Wall -pthread -o {output:q} {input:q} > {log:q} 2>&1"
 
 
-def spawn_native_input(wildcards):
-    """The C program, for the native_* points only."""
-    native = wildcards.variant.startswith("native_")
-    return [str(LAYOUT.native_binary("spawn"))] if native else []
-
-
-def spawn_options(wildcards, input):
-    """The C program's path as a harness option (native points only)."""
-    return shlex.join(["--option", f"binary={input.binary}"]) if input.binary else ""
-
-
 rule spawn:
     input:
         workload=f"{SRC}/experiments/spawn.py",
-        binary=spawn_native_input,
+        # the C program, for the native points only
+        binary=lambda w: (
+            [str(LAYOUT.native_binary("spawn"))] if w.variant.startswith("native_") else []
+        ),
     output:
         LAYOUT.raw_pattern("spawn", experiments.get("spawn").axes),
     log:
@@ -38,7 +30,9 @@ rule spawn:
         total=r"\d+",
     params:
         bench=bench_params("spawn"),
-        options=spawn_options,
+        options=lambda w, input: (
+            shlex.join(["--option", f"binary={input.binary}"]) if input.binary else ""
+        ),
     threads: BENCH_THREADS
     resources:
         bench=1,

@@ -14,20 +14,13 @@ rule syscall_binary:
         "${{CC:-cc}} -O2 -Wall -o {output:q} {input:q} > {log:q} 2>&1"
 
 
-def syscall_native_input(wildcards):
-    """The C program, for the native points only."""
-    return [str(LAYOUT.native_binary("syscall"))] if wildcards.variant == "native" else []
-
-
-def syscall_options(wildcards, input):
-    """The C program's path as a harness option (native points only)."""
-    return shlex.join(["--option", f"binary={input.binary}"]) if input.binary else ""
-
-
 rule syscall:
     input:
         workload=f"{SRC}/experiments/syscall.py",
-        binary=syscall_native_input,
+        # the C program, for the native points only
+        binary=lambda w: (
+            [str(LAYOUT.native_binary("syscall"))] if w.variant == "native" else []
+        ),
     output:
         LAYOUT.raw_pattern("syscall", experiments.get("syscall").axes),
     log:
@@ -37,7 +30,9 @@ rule syscall:
         call="getuid|getppid|clock_gettime",
     params:
         bench=bench_params("syscall"),
-        options=syscall_options,
+        options=lambda w, input: (
+            shlex.join(["--option", f"binary={input.binary}"]) if input.binary else ""
+        ),
     threads: BENCH_THREADS
     resources:
         bench=1,

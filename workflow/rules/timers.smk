@@ -5,6 +5,7 @@
 rule timers:
     input:
         workload=f"{SRC}/experiments/timers.py",
+        beams=erlang_input("pg_timers"),
     output:
         LAYOUT.raw_pattern("timers", experiments.get("timers").axes),
     log:
@@ -19,11 +20,12 @@ rule timers:
         bench=bench_params("timers"),
         seed=SETTINGS["timers"]["seed"],
         progress=SETTINGS["timers"]["progress_s"],
+        erlang=erlang_options,
     threads: BENCH_THREADS
     resources:
         bench=1,
     conda:
         CONDA_ENV
     shell:
-        "python -m perfgrid.bench timers {params.bench} --option seed={params.seed} "
+        "python -m perfgrid.bench timers {params.bench} {params.erlang} --option seed={params.seed} "
         "--option progress={params.progress} --result {output:q} > {log:q} 2>&1"

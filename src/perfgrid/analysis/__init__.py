@@ -64,6 +64,21 @@ def save(fig, out_dir, name: str) -> list:
     return out
 
 
+def by_runtime(table, runtime: str):
+    """The rows of ``runtime`` (all rows if the table has no runtime column and
+    ``runtime`` is python: hand-made tables in tests)."""
+    if "runtime" not in table:
+        return table if runtime == "python" else table.iloc[0:0]
+    return table[table["runtime"] == runtime]
+
+
+def without_erlang(table):
+    """The Python and native rows: the claims about the ports leave the Erlang rows out."""
+    if "runtime" not in table:
+        return table
+    return table[table["runtime"] != "erlang"]
+
+
 def rate_at(table, **where) -> float | None:
     """The rate of the single row matching ``where`` (None if absent)."""
     rows = table

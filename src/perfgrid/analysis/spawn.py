@@ -17,7 +17,8 @@ _FILE = "seed E1 (000_62f551dd3ff8b81f.txt)"
 _P4 = f"{_FILE}, Pentium 4 2.8 GHz, Erlang R11B, 1,000,000 spawns"
 _E5200 = f"{_FILE}, Pentium E5200 2.5 GHz (2 cores), Erlang R13B01, 1,000,000 spawns"
 #: Erlang processes are green threads: asyncio tasks are their Python counterpart, so the
-#: seed rows sit beside the asyncio_task rows. One scheduler is binding single, SMP none.
+#: seed rows sit beside the asyncio_task rows (and C threads beside them as the native
+#: figure). One scheduler is binding single, SMP none.
 SEED_ROWS = [
     {"chains": 1, "rate": 358_599.0, "release": "R11B", "source": _P4},
     {"chains": 10, "rate": 348_489.0, "release": "R11B, run 1", "source": _P4},
@@ -35,7 +36,11 @@ SEED_ROWS = [
      "source": _E5200},
 ]
 for _row in SEED_ROWS:
-    _row.update({"runtime": "erlang", "variant": "asyncio_task"})
+    _row.update({"runtime": "erlang", "variant": "asyncio_task",
+                 "native_variant": "native_pthread"})
+
+#: columns the report shows after the statistics
+EXTRA_COLUMNS = ["cpu_us_per_spawn", "sys_share", "peak_rss_bytes", "children_peak_rss_bytes"]
 
 ORDER = ["asyncio_task", "thread", "native_pthread", "fork", "native_fork", "mp_fork",
          "posix_spawn", "native_posix_spawn"]

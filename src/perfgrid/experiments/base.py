@@ -11,12 +11,15 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas stays out of the pyperf workers: it costs ~70 MB per fork
+    import pandas as pd
 
 Point = dict[str, Any]
 Metadata = dict[str, str | int | float]
+#: what runs a point: the Python port, the native baseline, or the seeds' own runtime
+RUNTIMES = ("python", "native", "erlang")
 
 
 @dataclass
@@ -70,12 +73,19 @@ class Experiment:
         """Why this machine cannot run ``point`` (a missing tool), or None."""
         return None
 
+    def keep_runtimes(self, points: list[Point], section: dict[str, Any]) -> list[Point]:
+        """The points whose runtime is in the section's ``runtimes`` (default: all)."""
+        chosen = section.get("runtimes") or RUNTIMES
+        return [p for p in points if self.runtime(p) in chosen]
+
     def prepare(self, point: Point, options: dict[str, str]) -> Case:
         """Set up ``point`` (outside any timing) and return its :class:`Case`."""
         raise NotImplementedError
 
     def ratio_to_native(self, table: pd.DataFrame) -> pd.Series:
         """Each row's rate over the matching native reference rate (NaN if none)."""
+        import pandas as pd
+
         ratio = pd.Series(float("nan"), index=table.index)
         ref = table[table["variant"].isin(self.reference_variants)]
         if ref.empty:

@@ -2,7 +2,9 @@
 
 Stresses the fixed cost of one read call against the copy itself: by block
 size, by destination buffer (fresh bytes, page-aligned, unaligned), and by
-parallel readers, beside ``dd`` and ``fio`` on the same file.
+parallel readers, beside ``dd`` and ``fio`` on the same file, and beside
+the seed's own runtime: Erlang's raw-mode ``file:read`` loop, ``file:read_file``
+and parallel ``file:pread`` (``erlang_*`` variants, src/perfgrid/erlang/).
 """
 
 from __future__ import annotations
@@ -17,14 +19,23 @@ from typing import Any
 
 from pyperf import perf_counter
 
-from perfgrid import binding
+from perfgrid import binding, erlang
 from perfgrid.experiments.base import Case, Experiment, Point, missing_tool
 from perfgrid.pagecache import CacheState
 
-SINGLE = ("read", "readinto", "readinto_unaligned", "dd")
-PARALLEL = ("pread_parallel", "fio")
-VARIANTS = ("read", "readinto", "readinto_unaligned", "whole", "pread_parallel", "dd", "fio")
+SINGLE = ("read", "readinto", "readinto_unaligned", "dd", "erlang_read")
+PARALLEL = ("pread_parallel", "fio", "erlang_pread_parallel")
+WHOLE = ("whole", "erlang_whole")
+VARIANTS = ("read", "readinto", "readinto_unaligned", "whole", "pread_parallel", "dd", "fio",
+            "erlang_read", "erlang_whole", "erlang_pread_parallel")
 NATIVE = ("dd", "fio")
+#: Erlang variant -> pg_file_read's mode
+ERLANG = {"erlang_read": "read", "erlang_whole": "whole", "erlang_pread_parallel": "pread"}
+#: keys of the ``erlang`` sub-section that replace the section's lists for the Erlang variants
+ERLANG_KEYS = ("block_sizes", "parallel_block_sizes", "workers", "bindings", "caches")
+#: dirty I/O schedulers run the raw file calls since OTP 21 (the default is 10); the
+#: parallel readers get at least one each
+DIRTY_IO = 10
 
 
 def _aligned(size: int) -> mmap.mmap:
@@ -190,21 +201,26 @@ class FileRead(Experiment):
     fallback_axes = ("cache",)
 
     def points(self, section: dict[str, Any], config: dict[str, Any]) -> list[Point]:
+        """Single readers by block size, ``whole`` once, parallel readers by block
+        size x workers x binding, each by cache state; the Erlang variants take
+        the lists of the ``erlang`` sub-section where it sets them."""
         out: list[Point] = []
         size = config["testfile"]["size_bytes"]
+        erlang_lists = {**section, **(section.get("erlang") or {})}
         for variant in section["variants"]:
-            for cache in section["caches"]:
-                if variant == "whole":
+            lists = erlang_lists if variant in ERLANG else section
+            for cache in lists["caches"]:
+                if variant in WHOLE:
                     out.append(self._point(variant, cache, "none", 1, size))
                 elif variant in SINGLE:
                     out += [self._point(variant, cache, "none", 1, bs)
-                            for bs in section["block_sizes"]]
+                            for bs in lists["block_sizes"]]
                 else:
                     out += [self._point(variant, cache, b, w, bs)
-                            for bs in section["parallel_block_sizes"]
-                            for w in section["workers"]
-                            for b in section["bindings"]]
-        return out
+                            for bs in lists["parallel_block_sizes"]
+                            for w in lists["workers"]
+                            for b in lists["bindings"]]
+        return self.keep_runtimes(out, section)
 
     @staticmethod
     def _point(variant: str, cache: str, bind: str, workers: int, block_size: int) -> Point:
@@ -212,9 +228,13 @@ class FileRead(Experiment):
                 "workers": workers, "block_size": block_size}
 
     def runtime(self, point: Point) -> str:
+        if point["variant"] in ERLANG:
+            return "erlang"
         return "native" if point["variant"] in NATIVE else "python"
 
     def unavailable(self, point: Point) -> str | None:
+        if point["variant"] in ERLANG:
+            return erlang.missing()
         if point["variant"] == "fio":
             return missing_tool("fio", "Debian package fio")
         if point["variant"] == "dd":
@@ -233,6 +253,8 @@ class FileRead(Experiment):
         }
         closers: list = []
 
+        if variant in ERLANG:
+            return self._erlang_case(point, options, state, plan, meta)
         if variant == "dd":
             def one_pass() -> float:
                 return dd_seconds(path, bs)
@@ -295,6 +317,51 @@ class FileRead(Experiment):
 
         return Case(time=time_loops, work_per_loop=size, metadata=meta, close=close,
                     observed=observed)
+
+
+    @staticmethod
+    def _erlang_case(point: Point, options: dict[str, str], state: CacheState,
+                     plan: list[list[int]], meta: dict[str, str | int | float]) -> Case:
+        """One VM per pass (after the cache is prepared); the program times its reading."""
+        path = options["testfile"]
+        size, workers = int(meta["perfgrid_file_size"]), point["workers"]
+        extra = ["+SDio", str(max(DIRTY_IO, workers))]
+        vm = erlang.vm_for(point["binding"], extra=extra)
+        args = {"path": os.path.abspath(path), "mode": ERLANG[point["variant"]],
+                "block_size": point["block_size"], "workers": workers}
+        cmd = erlang.command("pg_file_read", args, erlang.beam_dir(options), vm)
+        timeout = float(options.get("erlang_timeout_s", erlang.DEFAULT_TIMEOUT_S))
+        meta.update({"perfgrid_vm_flags": vm.describe(), "perfgrid_otp": erlang.otp_release(),
+                     "perfgrid_command": " ".join(cmd)})
+        runs: list[erlang.Result] = []
+
+        def time_loops(loops: int) -> float:
+            total = 0.0
+            for _ in range(loops):
+                state.prepare()
+                result = erlang.run(cmd, timeout, vm.cpus)
+                _check(int(result.report["bytes"]), size)
+                runs.append(result)
+                total += float(result.report["seconds"])
+            return total
+
+        def observed() -> dict[str, str | int | float]:
+            extra_meta = state.metadata()
+            if runs:
+                last = runs[-1].report
+                extra_meta.update({
+                    "perfgrid_worker_cpus": last["scheduler_bindings"]
+                    if point["binding"] not in ("none", "single")
+                    else binding.describe([vm.cpus or binding.allowed_cpus()]),
+                    "perfgrid_scheduler_bindings": last["scheduler_bindings"],
+                    "perfgrid_schedulers": int(last["schedulers"]),
+                    "perfgrid_user_s": sum(float(r.report["user_s"]) for r in runs) / len(runs),
+                    "perfgrid_sys_s": sum(float(r.report["sys_s"]) for r in runs) / len(runs),
+                    "perfgrid_vm_peak_rss_mib": max(r.maxrss_mib for r in runs),
+                })
+            return extra_meta
+
+        return Case(time=time_loops, work_per_loop=size, metadata=meta, observed=observed)
 
 
 def _check(done: int, size: int) -> None:

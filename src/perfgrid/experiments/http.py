@@ -6,19 +6,30 @@ lock shared by ``workers`` processes on one port (SO_REUSEPORT), each bound
 per ``binding``. The load comes from ``ab`` (as in the seed) or a builtin
 asyncio client, with and without keep-alive. Every load is checked: the
 counter must equal the successful answers, with no value handed out twice.
+The ``erlang`` server is the seed's own design (src/perfgrid/erlang/pg_http.erl):
+gen_tcp on one VM with ``workers`` schedulers, one mnesia transaction per
+request (an ETS counter if mnesia cannot start, said in the row), under the
+same loads and the same check.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import statistics
+import tempfile
+from collections.abc import Callable
 from typing import Any
 
-from perfgrid import binding, httpload, httpserver
+import psutil
+
+from perfgrid import binding, erlang, httpload, httpserver
 from perfgrid.experiments.base import Case, Experiment, Metadata, Point
 
-SERVERS = httpserver.SERVERS
+SERVERS = (*httpserver.SERVERS, "erlang")
+#: acceptor processes of the Erlang server waiting on the listening socket
+ERLANG_ACCEPTORS = 16
 CLIENTS = httpload.CLIENTS
 KEEPALIVE = ("off", "on")
 #: config list key -> grid axis; an extra grid may set any of them, and ``requests``
@@ -98,7 +109,10 @@ class Http(Experiment):
                 point = dict(zip(LIST_KEYS.values(), values, strict=True))
                 out.setdefault(tuple(point[a] for a in self.axes),
                                {a: point[a] for a in self.axes})
-        return list(out.values())
+        return self.keep_runtimes(list(out.values()), section)
+
+    def runtime(self, point: Point) -> str:
+        return "erlang" if point["variant"] == "erlang" else "python"
 
     def requests_for(self, section: dict[str, Any], point: Point) -> int:
         """The request count of ``point``: that of the first grid that contains it."""
@@ -115,6 +129,8 @@ class Http(Experiment):
 
     def unavailable(self, point: Point) -> str | None:
         if point["variant"] == "uvloop" and (why := httpserver.uvloop_missing()):
+            return why
+        if point["variant"] == "erlang" and (why := erlang.missing()):
             return why
         if point["client"] == "ab":
             return httpload.missing_ab()
@@ -142,12 +158,15 @@ class Http(Experiment):
                                            httpserver.somaxconn() or httpserver.BACKLOG),
             "perfgrid_timeout_s": timeout_s,
         }
+        if client == "ab":
+            meta["perfgrid_client_version"] = httpload.ab_version()
+        if point["variant"] == "erlang":
+            del meta["perfgrid_sqlite_busy_timeout_ms"]
+            return self._erlang_case(point, options, meta, port, requests, timeout_s)
         if point["variant"] == "uvloop":
             import uvloop
 
             meta["perfgrid_uvloop_version"] = uvloop.__version__
-        if client == "ab":
-            meta["perfgrid_client_version"] = httpload.ab_version()
         httpserver.init_database(database)
         # set-up, outside the timing: the workers are listening when this returns
         group = httpserver.ServerGroup(point["variant"], database, plan, port=port,
@@ -169,34 +188,101 @@ class Http(Experiment):
         def time_loops(loops: int) -> float:
             return sum(one_load() for _ in range(loops))
 
-        def observed() -> Metadata:
-            if not results:
-                return {}
-            wall = sum(r.wall_s for r in results)
-            client_cpu = sum(r.client_cpu_s for r in results)
-            extra: Metadata = {
-                "perfgrid_loads": len(results),
-                "perfgrid_ok": sum(r.ok for r in results),
-                "perfgrid_non2xx": sum(r.non2xx for r in results),
-                "perfgrid_errors": sum(r.errors for r in results),
-                "perfgrid_ok_per_s": round(sum(r.ok for r in results) / wall, 2) if wall else 0.0,
-                "perfgrid_latency_mean_ms": statistics.fmean(r.latency_mean_ms for r in results),
-                "perfgrid_latency_p50_ms": statistics.fmean(r.latency_p50_ms for r in results),
-                "perfgrid_latency_p99_ms": statistics.fmean(r.latency_p99_ms for r in results),
-                "perfgrid_server_cpu_s": round(sum(server_cpu), 4),
-                "perfgrid_client_cpu_s": round(client_cpu, 4),
-                "perfgrid_server_cpus": round(sum(server_cpu) / wall, 4) if wall else 0.0,
-                "perfgrid_client_cpus": round(client_cpu / wall, 4) if wall else 0.0,
-                "perfgrid_worker_cpus": binding.describe(group.actual_cpus),
-            }
-            for result in results:
-                for key, value in result.detail.items():
-                    name = f"perfgrid_{key}"
-                    extra[name] = int(extra.get(name, 0)) + value
-            return extra
-
+        observed = _observer(results, server_cpu, lambda: group.actual_cpus)
         return Case(time=time_loops, work_per_loop=requests, metadata=meta,
                     close=group.stop, observed=observed)
+
+    @staticmethod
+    def _erlang_case(point: Point, options: dict[str, str], meta: Metadata, port: int,
+                     requests: int, timeout_s: float) -> Case:
+        """One VM serves every load of the job; it is started (and listening) before any."""
+        client, concurrency = point["client"], point["concurrency"]
+        keepalive = keepalive_word(point["keepalive"]) == "on"
+        vm = erlang.vm_for(point["binding"], point["workers"])
+        state_dir = tempfile.mkdtemp(prefix="perfgrid-mnesia-")
+        args = {"port": port, "acceptors": ERLANG_ACCEPTORS, "db": "mnesia", "dir": state_dir}
+        cmd = erlang.command("pg_http", args, erlang.beam_dir(options), vm)
+        try:
+            server = erlang.Server(cmd, vm.cpus)
+        except BaseException:
+            shutil.rmtree(state_dir, ignore_errors=True)
+            raise
+        ready = server.ready
+        meta.update({"perfgrid_database": str(ready["database"]),
+                     "perfgrid_database_note": str(ready["database_note"]),
+                     "perfgrid_listen_backlog": min(httpserver.BACKLOG, httpserver.somaxconn()
+                                                    or httpserver.BACKLOG),
+                     "perfgrid_vm_flags": vm.describe(), "perfgrid_otp": erlang.otp_release(),
+                     "perfgrid_schedulers": int(ready["schedulers"]),
+                     "perfgrid_acceptors": int(ready["acceptors"])})
+        process = psutil.Process(server.pid)
+        results: list[httpload.LoadResult] = []
+        server_cpu: list[float] = []
+
+        def cpu_seconds() -> float:
+            times = process.cpu_times()
+            return times.user + times.system
+
+        def one_load() -> float:
+            server.ask("reset")  # counter back to 0, server idle
+            before = cpu_seconds()
+            result = httpload.run_load(client, int(ready["port"]), requests, concurrency,
+                                       keepalive, timeout_s)
+            server_cpu.append(cpu_seconds() - before)
+            results.append(result)
+            check_load(result, int(server.ask("count")["counter"]))
+            return result.wall_s
+
+        def time_loops(loops: int) -> float:
+            return sum(one_load() for _ in range(loops))
+
+        def cpus() -> list[list[int]]:
+            if vm.cpus:
+                return [vm.cpus]
+            return [[int(c)] if c.isdigit() else binding.allowed_cpus()
+                    for c in str(ready["scheduler_bindings"]).split(",")]
+
+        def close() -> None:
+            try:
+                server.stop()
+            finally:
+                shutil.rmtree(state_dir, ignore_errors=True)
+
+        return Case(time=time_loops, work_per_loop=requests, metadata=meta, close=close,
+                    observed=_observer(results, server_cpu, cpus))
+
+
+def _observer(results: list[httpload.LoadResult], server_cpu: list[float],
+              worker_cpus: Callable[[], list[list[int]]]) -> Callable[[], Metadata]:
+    """The per-run metadata of the loads run so far (any server)."""
+
+    def observed() -> Metadata:
+        if not results:
+            return {}
+        wall = sum(r.wall_s for r in results)
+        client_cpu = sum(r.client_cpu_s for r in results)
+        extra: Metadata = {
+            "perfgrid_loads": len(results),
+            "perfgrid_ok": sum(r.ok for r in results),
+            "perfgrid_non2xx": sum(r.non2xx for r in results),
+            "perfgrid_errors": sum(r.errors for r in results),
+            "perfgrid_ok_per_s": round(sum(r.ok for r in results) / wall, 2) if wall else 0.0,
+            "perfgrid_latency_mean_ms": statistics.fmean(r.latency_mean_ms for r in results),
+            "perfgrid_latency_p50_ms": statistics.fmean(r.latency_p50_ms for r in results),
+            "perfgrid_latency_p99_ms": statistics.fmean(r.latency_p99_ms for r in results),
+            "perfgrid_server_cpu_s": round(sum(server_cpu), 4),
+            "perfgrid_client_cpu_s": round(client_cpu, 4),
+            "perfgrid_server_cpus": round(sum(server_cpu) / wall, 4) if wall else 0.0,
+            "perfgrid_client_cpus": round(client_cpu / wall, 4) if wall else 0.0,
+            "perfgrid_worker_cpus": binding.describe(worker_cpus()),
+        }
+        for result in results:
+            for key, value in result.detail.items():
+                name = f"perfgrid_{key}"
+                extra[name] = int(extra.get(name, 0)) + value
+        return extra
+
+    return observed
 
 
 EXPERIMENT = Http()

@@ -6,7 +6,9 @@ event loop (the seed's 1000 rings of 100); ``thread``: one ring of
 ``workers`` threads; ``process_pipe`` and ``native`` (the same in C): one
 ring of ``workers`` OS processes linked by pipes, where the binding decides
 whether a wake-up stays on one CPU or crosses to another, and the user/sys
-split shows where the time goes.
+split shows where the time goes. ``erlang``: the seed's own runtime, ``rings``
+rings of ``size`` Erlang processes (src/perfgrid/erlang/pg_ring.erl) on
+``workers`` schedulers, bound per ``binding`` (config/README.md).
 """
 
 from __future__ import annotations
@@ -28,10 +30,12 @@ from typing import Any
 import psutil
 from pyperf import perf_counter
 
-from perfgrid import binding
+from perfgrid import binding, erlang
 from perfgrid.experiments.base import Case, Experiment, Metadata, Point, missing_tool
 
-VARIANTS = ("asyncio", "uvloop", "thread", "process_pipe", "native")
+VARIANTS = ("asyncio", "uvloop", "thread", "process_pipe", "native", "erlang")
+#: rings of Erlang processes; ``workers`` is the VM's scheduler count
+ERLANG = ("erlang",)
 #: variants whose members are tasks of one event loop (one worker, one CPU at a time)
 IN_LOOP = ("asyncio", "uvloop")
 #: variants with one ring of ``workers`` threads or processes
@@ -346,19 +350,30 @@ class Ring(Experiment):
                              f"(about 1 KiB each); lower ring.rings or ring.size")
         out: list[Point] = []
         for variant in section["variants"]:
-            if variant in IN_LOOP:
+            if variant in ERLANG:
+                lists = {**section, **(section.get("erlang") or {})}
+                for b in lists["bindings"]:  # single: one scheduler
+                    for w in ([1] if b == "single" else lists["workers"]):
+                        point = {"variant": variant, "binding": b, "workers": w}
+                        if point not in out:
+                            out.append(point)
+            elif variant in IN_LOOP:
                 one = dict.fromkeys("none" if b == "none" else "single"
                                     for b in section["bindings"])
                 out += [{"variant": variant, "binding": b, "workers": 1} for b in one]
             else:
                 out += [{"variant": variant, "binding": b, "workers": w}
                         for w in section["workers"] for b in section["bindings"]]
-        return out
+        return self.keep_runtimes(out, section)
 
     def runtime(self, point: Point) -> str:
+        if point["variant"] in ERLANG:
+            return "erlang"
         return "native" if point["variant"] in NATIVE else "python"
 
     def unavailable(self, point: Point) -> str | None:
+        if point["variant"] in ERLANG:
+            return erlang.missing()
         if point["variant"] == "uvloop":
             return uvloop_missing()
         if point["variant"] == "native":
@@ -372,7 +387,7 @@ class Ring(Experiment):
         tally = Tally()
         meta: Metadata = {"perfgrid_binding_plan": binding.describe(plan),
                           "perfgrid_allowed_cpus": cpus}
-        if variant in IN_LOOP:
+        if variant in IN_LOOP or variant in ERLANG:
             rings, size, rounds = (int(options[k]) for k in ("rings", "size", "rounds"))
             meta.update({"perfgrid_rings": rings, "perfgrid_ring_members": size,
                          "perfgrid_rounds": rounds})
@@ -388,6 +403,15 @@ class Ring(Experiment):
 
         if variant == "native":
             return Case(time=self._native_timer(options["binary"], plan, rounds, tally),
+                        work_per_loop=per_loop, metadata=meta, observed=observed)
+        if variant in ERLANG:
+            vm = erlang.vm_for(point["binding"], workers)
+            cmd = erlang.command("pg_ring", {"rings": rings, "size": size, "rounds": rounds},
+                                 erlang.beam_dir(options), vm)
+            meta.update({"perfgrid_vm_flags": vm.describe(), "perfgrid_otp": erlang.otp_release(),
+                         "perfgrid_schedulers": vm.schedulers})
+            timeout = float(options.get("erlang_timeout_s", erlang.DEFAULT_TIMEOUT_S))
+            return Case(time=self._erlang_timer(cmd, vm, timeout, per_loop, tally),
                         work_per_loop=per_loop, metadata=meta, observed=observed)
 
         started = perf_counter()
@@ -443,6 +467,31 @@ class Ring(Experiment):
             tally.setup_s.append(report["setup_seconds"])
             tally.cpus = report["cpus"]
             return report["seconds"]
+
+        return time_loops
+
+    @staticmethod
+    def _erlang_timer(cmd: list[str], vm: erlang.Vm, timeout: float, per_loop: int,
+                      tally: Tally) -> Callable[[int], float]:
+        """The Erlang rings as a timed function: one VM per loop, its own timing."""
+
+        def time_loops(loops: int) -> float:
+            total = 0.0
+            for _ in range(loops):
+                report = erlang.run(cmd, timeout, vm.cpus).report
+                if report["messages"] != per_loop:
+                    raise RuntimeError(f"ring: the Erlang rings passed {report['messages']} "
+                                       f"messages, not {per_loop}")
+                tally.seconds += report["seconds"]
+                tally.messages += report["messages"]
+                tally.usage = tally.usage + Usage(report["user_s"], report["sys_s"],
+                                                  report["ctx_voluntary"],
+                                                  report["ctx_involuntary"])
+                tally.setup_s.append(report["setup_s"])
+                tally.cpus = (binding.describe([vm.cpus]) if vm.cpus
+                              else report["scheduler_bindings"])
+                total += report["seconds"]
+            return total
 
         return time_loops
 

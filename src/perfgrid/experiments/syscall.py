@@ -30,6 +30,8 @@ CALLS = ("getuid", "getppid", "clock_gettime")
 #: calls per worker in one pyperf inner loop: the Python loop body is this many
 #: calls written out, so the loop's own cost is spread over them
 UNROLL = 100
+#: rounds of an untimed first pass in prepare(), so no pyperf warm-up value is needed
+WARM_ROUNDS = 200
 _DONE = struct.Struct("<qqd")  # worker index, rounds done, seconds of its own loop
 _START = struct.Struct("<q")  # rounds to run; 0 tells the worker to exit
 
@@ -336,6 +338,11 @@ class Syscall(Experiment):
                         observed=tally.metadata, inner_loops=UNROLL)
 
         pool = Workers(call, plan, pin=bind != "none")
+        try:
+            pool.pass_seconds(WARM_ROUNDS)  # untimed: fault in the loop's code and pages
+        except BaseException:
+            pool.close()
+            raise
         tally.cpus = binding.describe(pool.cpus)
 
         def time_python(loops: int) -> float:

@@ -5,6 +5,10 @@ seconds, so the loop keeps ``tasks`` timers pending and fires ``tasks`` x
 ``rounds`` of them. Stresses the event loop's timer heap and task switching
 (and Python's cyclic GC walking the many live tasks) against the ideal wall
 time: the longest task's sum of sleeps, drawn up front from the same streams.
+The ``erlang`` variants run the storm as Erlang processes (the seed's own
+runtime, src/perfgrid/erlang/pg_timers.erl) sleeping the very same draws,
+rounded to Erlang's whole milliseconds: ``erlang`` on one scheduler (as the
+seed ran), ``erlang_smp`` on one per CPU.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import asyncio
 import gc
 import importlib.util
 import itertools
+import os
 import resource
 import sys
 import time
@@ -23,9 +28,12 @@ from typing import Any
 import numpy as np
 from pyperf import perf_counter
 
+from perfgrid import binding, erlang
 from perfgrid.experiments.base import Case, Experiment, Metadata, Point
 
-VARIANTS = ("asyncio", "uvloop")
+VARIANTS = ("asyncio", "uvloop", "erlang", "erlang_smp")
+#: Erlang variant -> its scheduler count (None: one per allowed CPU)
+ERLANG = {"erlang": 1, "erlang_smp": None}
 SEEDINGS = ("independent", "identical")
 GC_MODES = ("on", "off")
 #: the seed run's date (2009-09-16): the default stream seed
@@ -185,10 +193,12 @@ class Timers(Experiment):
             for variant, seeding, gc_value, tasks, rounds, max_sleep in itertools.product(
                     grid["variants"], grid["seeding"], grid["gc"], grid["tasks"],
                     grid["rounds"], grid["max_sleep"]):
+                if variant in ERLANG:
+                    gc_value = "on"  # Erlang collects each process's heap; it cannot be off
                 point = self._point(variant, seeding, gc_value, tasks, rounds, max_sleep)
                 if point not in out:
                     out.append(point)
-        return out
+        return self.keep_runtimes(out, section)
 
     @staticmethod
     def _point(variant: str, seeding: str, gc_value: Any, tasks: int, rounds: int,
@@ -201,9 +211,14 @@ class Timers(Experiment):
         point["max_sleep"] = float(point["max_sleep"])
         return point
 
+    def runtime(self, point: Point) -> str:
+        return "erlang" if point["variant"] in ERLANG else "python"
+
     def unavailable(self, point: Point) -> str | None:
         if point["variant"] == "uvloop":
             return uvloop_missing()
+        if point["variant"] in ERLANG:
+            return erlang.missing()
         return None
 
     def prepare(self, point: Point, options: dict[str, str]) -> Case:
@@ -211,6 +226,8 @@ class Timers(Experiment):
         seed = int(options.get("seed", DEFAULT_SEED))
         progress_s = float(options.get("progress", PROGRESS_S))
         sleeps = draws(tasks, rounds, point["max_sleep"], point["seeding"], seed)
+        if point["variant"] in ERLANG:
+            return self._erlang_case(point, options, sleeps, seed, progress_s)
         ideal = ideal_seconds(sleeps)
         gc_on = point["gc"] == "on"
         storms: list[Storm] = []
@@ -238,6 +255,83 @@ class Timers(Experiment):
 
         return Case(time=time_loops, work_per_loop=tasks * rounds, metadata=meta,
                     observed=observed)
+
+    @staticmethod
+    def _erlang_case(point: Point, options: dict[str, str], sleeps: np.ndarray, seed: int,
+                     progress_s: float) -> Case:
+        """The storm in Erlang: the draws in whole milliseconds go to the VM in a file."""
+        tasks, rounds = point["tasks"], point["rounds"]
+        millis = np.rint(sleeps * 1000.0).astype(np.uint32)
+        ideal = float(millis.sum(axis=1).max()) / 1000.0
+        path = erlang.draws_file(millis)
+        schedulers = ERLANG[point["variant"]] or len(binding.allowed_cpus())
+        # room for every sleeper beside the VM's own processes
+        vm = erlang.Vm(["+S", f"{schedulers}:{schedulers}", "+P", str(max(262144, 2 * tasks))],
+                       None, schedulers)
+        args = {"draws": path, "tasks": tasks, "rounds": rounds,
+                "shared": int(point["seeding"] == "identical"),
+                "progress_ms": int(progress_s * 1000)}
+        cmd = erlang.command("pg_timers", args, erlang.beam_dir(options), vm)
+        timeout = float(options.get("erlang_timeout_s", erlang.DEFAULT_TIMEOUT_S))
+        runs: list[erlang.Result] = []
+        meta: Metadata = {
+            "perfgrid_seed": seed,
+            "perfgrid_timer_events": tasks * rounds,
+            "perfgrid_ideal_s": ideal,
+            "perfgrid_sleep_mean_s": float(millis.mean()) / 1000.0,
+            "perfgrid_vm_flags": vm.describe(),
+            "perfgrid_otp": erlang.otp_release(),
+        }
+
+        def time_loops(loops: int) -> float:
+            total = 0.0
+            for _ in range(loops):
+                result = erlang.run(cmd, timeout)
+                report = result.report
+                if abs(float(report["ideal_s"]) - ideal) > 1e-6:
+                    raise RuntimeError(f"timers: Erlang's ideal {report['ideal_s']} s is not "
+                                       f"the draws' {ideal} s")
+                runs.append(result)
+                total += float(report["seconds"])
+            return total
+
+        def observed() -> Metadata:
+            return summarize_erlang(runs, ideal)
+
+        def close() -> None:
+            os.unlink(path)
+
+        return Case(time=time_loops, work_per_loop=tasks * rounds, metadata=meta,
+                    observed=observed, close=close)
+
+
+def summarize_erlang(runs: list[erlang.Result], ideal: float) -> Metadata:
+    """The same keys as :func:`summarize`, from the Erlang program's own reports.
+
+    Its lateness percentile comes from a histogram (10 us buckets below 10 ms,
+    1 ms above), its CPU from the VM's runtime statistics, and gc_collections
+    counts Erlang's per-process collections.
+    """
+    if not runs:
+        return {}
+    reports = [r.report for r in runs]
+    wall = float(np.mean([r["seconds"] for r in reports]))
+    events = sum(int(r["events"]) for r in reports)
+    return {
+        "perfgrid_wall_s": wall,
+        "perfgrid_overhead_s": wall - ideal,
+        "perfgrid_overhead_share": (wall - ideal) / wall if wall else float("nan"),
+        "perfgrid_spawn_s": float(np.mean([r["spawn_s"] for r in reports])),
+        "perfgrid_late_mean_ms": sum(r["late_mean_ms"] * r["events"] for r in reports) / events,
+        "perfgrid_late_p99_ms": max(float(r["late_p99_ms"]) for r in reports),
+        "perfgrid_late_max_ms": max(float(r["late_max_ms"]) for r in reports),
+        "perfgrid_early_wakeups": sum(int(r["early"]) for r in reports),
+        "perfgrid_cpu_pct": 100.0 * sum(r["cpu_s"] for r in reports)
+        / sum(r["seconds"] for r in reports),
+        "perfgrid_gc_collections": int(sum(r["gc_collections"] for r in reports)),
+        "perfgrid_peak_rss_mib": max(r.maxrss_mib for r in runs),
+        "perfgrid_schedulers": int(reports[-1]["schedulers"]),
+    }
 
 
 def summarize(storms: list[Storm], ideal: float) -> Metadata:
