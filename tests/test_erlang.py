@@ -162,7 +162,7 @@ def test_missing_erl_makes_every_erlang_point_unavailable(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     assert "erlang-nox" in erlang.missing()
     points = [("file_read", {"variant": "erlang_read"}), ("timers", {"variant": "erlang"}),
-              ("ring", {"variant": "erlang"}),
+              ("ring", {"variant": "erlang"}), ("spawn", {"variant": "erlang"}),
               ("http", {"variant": "erlang", "client": "builtin"})]
     for name, point in points:
         assert "erl" in get(name).unavailable(point)
@@ -174,13 +174,21 @@ def test_missing_erl_makes_every_erlang_point_unavailable(monkeypatch):
 
 def test_erlang_points_are_runtime_erlang_and_filtered_by_runtimes():
     cfg = settings.effective(copy.deepcopy(FULL), check_disk=False)
-    for name in ("file_read", "timers", "ring", "http"):
+    for name in ("file_read", "timers", "ring", "http", "spawn"):
         exp = get(name)
         points = settings.grid(cfg, name)
         erl = [p for p in points if exp.runtime(p) == "erlang"]
         assert erl and all(p["variant"].startswith("erlang") for p in erl)
         only_python = exp.points({**cfg[name], "runtimes": ["python"]}, cfg)
         assert only_python and all(exp.runtime(p) == "python" for p in only_python)
+
+
+def test_syscall_erlang_is_one_point_skipped_with_the_reason():
+    cfg = settings.effective(copy.deepcopy(FULL), check_disk=False)
+    runnable, skipped = settings.split_grid(cfg, "syscall")
+    erl = [s for s in skipped if s["variant"] == "erlang"]
+    assert len(erl) == 1 and "getuid" in erl[0]["reason"] and "patched" in erl[0]["reason"]
+    assert all(p["variant"] != "erlang" for p in runnable)
 
 
 def test_full_config_keeps_erlang_to_the_seed_points():
@@ -212,6 +220,7 @@ def test_cases_time_the_programs_and_record_the_vm(beams, small_file):
                     "rounds": 2, "max_sleep": 0.01}, {"seed": "1"}),
         ("ring", {"variant": "erlang", "binding": "none", "workers": 2},
          {"rings": "2", "size": "3", "rounds": "4", "worker_rounds": "1"}),
+        ("spawn", {"variant": "erlang", "binding": "single", "chains": 2, "total": 3000}, {}),
     ]
     for name, point, options in cases:
         exp = get(name)

@@ -206,8 +206,9 @@ def test_points_cross_every_list_and_reject_unknown_names():
 def test_full_config_holds_every_call_binding_and_worker_count():
     cfg = FULL["syscall"]
     points = EXP.points(cfg, FULL)
-    assert len(points) == 2 * 3 * 4 * 5
+    assert len(points) == 2 * 3 * 4 * 5 + 1  # + the erlang point, skipped with its reason
     assert {"variant": "native", "call": "getuid", "binding": "spread", "workers": 8} in points
+    assert "getuid" in EXP.unavailable(next(p for p in points if p["variant"] == "erlang"))
 
 
 def test_native_points_are_skipped_without_a_compiler(monkeypatch):

@@ -21,6 +21,7 @@ rule spawn:
         binary=lambda w: (
             [str(LAYOUT.native_binary("spawn"))] if w.variant.startswith("native_") else []
         ),
+        beams=erlang_input("pg_spawn"),
     output:
         LAYOUT.raw_pattern("spawn", experiments.get("spawn").axes),
     log:
@@ -33,11 +34,12 @@ rule spawn:
         options=lambda w, input: (
             shlex.join(["--option", f"binary={input.binary}"]) if input.binary else ""
         ),
+        erlang=erlang_options,
     threads: BENCH_THREADS
     resources:
         bench=1,
     conda:
         CONDA_ENV
     shell:
-        "python -m perfgrid.bench spawn {params.bench} {params.options} "
+        "python -m perfgrid.bench spawn {params.bench} {params.options} {params.erlang} "
         "--result {output:q} > {log:q} 2>&1"

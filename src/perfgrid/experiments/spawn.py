@@ -3,8 +3,9 @@
 The seed's serial chain: ``total`` spawns split into ``chains`` chains that
 run at once; each unit starts the next one of its chain and ends, and the
 last one tells the parent. Stresses the fixed cost of one create+destroy:
-asyncio tasks, threads, forked processes, multiprocessing, posix_spawn, and
-the same primitives in C.
+asyncio tasks, threads, forked processes, multiprocessing, posix_spawn, the
+same primitives in C, and Erlang processes (the seed's own runtime,
+src/perfgrid/erlang/pg_spawn.erl).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyperf import perf_counter
 
-from perfgrid import binding
+from perfgrid import binding, erlang
 from perfgrid.experiments.base import Case, Experiment, Metadata, Point, missing_tool
 
 if TYPE_CHECKING:  # pandas stays out of the workers that fork
@@ -33,7 +34,9 @@ if TYPE_CHECKING:  # pandas stays out of the workers that fork
 
 PYTHON = ("asyncio_task", "thread", "fork", "mp_fork", "posix_spawn")
 NATIVE = ("native_pthread", "native_fork", "native_posix_spawn")
-PRIMITIVES = PYTHON + NATIVE
+#: Erlang processes; single is one scheduler (+S 1), the others one scheduler per CPU
+ERLANG = ("erlang",)
+PRIMITIVES = PYTHON + NATIVE + ERLANG
 #: the native primitive each Python one is compared with (ratio_to_native)
 NATIVE_OF = {"thread": "native_pthread", "fork": "native_fork", "mp_fork": "native_fork",
              "posix_spawn": "native_posix_spawn"}
@@ -486,19 +489,24 @@ class Spawn(Experiment):
             total = totals.get(primitive)
             if total is None or total < 1:
                 raise ValueError(f"spawn.totals.{primitive}: needs a count of at least 1")
-            for chains in section["chains"]:
+            lists = {**section, **(section.get("erlang") or {})} if primitive in ERLANG else section
+            for chains in lists["chains"]:
                 if chains < 1 or chains > total:
                     raise ValueError(f"spawn.chains: {chains} must lie in 1..spawn.totals."
                                      f"{primitive} ({total})")
                 out += [{"variant": primitive, "binding": b, "chains": chains, "total": total}
-                        for b in section["bindings"]]
-        return out
+                        for b in lists["bindings"]]
+        return self.keep_runtimes(out, section)
 
     def runtime(self, point: Point) -> str:
+        if point["variant"] in ERLANG:
+            return "erlang"
         return "native" if point["variant"] in NATIVE else "python"
 
     def unavailable(self, point: Point) -> str | None:
         variant = point["variant"]
+        if variant in ERLANG:
+            return erlang.missing()
         if variant in NATIVE:
             missing = missing_tool("cc", "a C compiler builds the native spawn program")
             if missing:
@@ -545,7 +553,18 @@ class Spawn(Experiment):
                 closer()
 
         try:
-            if variant in NATIVE:
+            if variant in ERLANG:
+                vm = erlang.vm_for(point["binding"])
+                cmd = erlang.command("pg_spawn", {"total": total, "chains": chains},
+                                     erlang.beam_dir(options), vm)
+                meta.update({"perfgrid_binding_plan": vm.describe(),
+                             "perfgrid_runner_cpus": ",".join(
+                                 map(str, vm.cpus or binding.allowed_cpus())),
+                             "perfgrid_vm_flags": vm.describe(),
+                             "perfgrid_otp": erlang.otp_release(),
+                             "perfgrid_schedulers": vm.schedulers})
+                time_loops = _report_timer(lambda: _run_erlang(cmd, vm, tally), total, tally)
+            elif variant in NATIVE:
                 cmd = [str(binary), variant.removeprefix("native_"), str(chains), str(total),
                        binding.describe(plan), ",".join(map(str, runner_cpus))]
                 meta["perfgrid_command"] = " ".join([*cmd[:4], "PLAN", cmd[5]])
@@ -574,7 +593,7 @@ class Spawn(Experiment):
             raise
 
         def observed() -> Metadata:
-            if variant not in NATIVE and variant not in ("fork", "mp_fork"):
+            if variant in PYTHON and variant not in ("fork", "mp_fork"):
                 tally.peak_rss = _peak_rss_bytes()
                 tally.children_peak_rss = resource.getrusage(
                     resource.RUSAGE_CHILDREN).ru_maxrss * 1024
@@ -642,6 +661,21 @@ def _run_native(cmd: list[str]) -> dict[str, Any]:
         raise RuntimeError(f"{' '.join(cmd[:4])} exited {proc.returncode}: "
                            f"{proc.stderr.strip()[-500:]}")
     return json.loads(proc.stdout)
+
+
+def _run_erlang(cmd: list[str], vm: erlang.Vm, tally: Tally) -> dict[str, Any]:
+    """Run the Erlang chains once (a fresh VM); their report in the shape of the others'.
+
+    CPU time is the VM's own over the timed pass (its threads, from /proc);
+    peak RSS the VM process's (wait4).
+    """
+    result = erlang.run(cmd, cpus=vm.cpus)
+    report = result.report
+    tally.cpus = (binding.describe([vm.cpus]) if vm.cpus
+                  else f"schedulers {report['scheduler_bindings']}")
+    return {"spawns": report["spawns"], "elapsed_s": report["seconds"],
+            "user_s": report["user_s"], "sys_s": report["sys_s"],
+            "maxrss_kb": int(result.maxrss_mib * 1024), "children_maxrss_kb": 0}
 
 
 def _peak_rss_bytes() -> int:

@@ -263,7 +263,8 @@ class Timers(Experiment):
         tasks, rounds = point["tasks"], point["rounds"]
         millis = np.rint(sleeps * 1000.0).astype(np.uint32)
         ideal = float(millis.sum(axis=1).max()) / 1000.0
-        path = erlang.draws_file(millis)
+        beams = erlang.beam_dir(options)
+        path = erlang.draws_file(millis)  # removed by close()
         schedulers = ERLANG[point["variant"]] or len(binding.allowed_cpus())
         # room for every sleeper beside the VM's own processes
         vm = erlang.Vm(["+S", f"{schedulers}:{schedulers}", "+P", str(max(262144, 2 * tasks))],
@@ -271,8 +272,10 @@ class Timers(Experiment):
         args = {"draws": path, "tasks": tasks, "rounds": rounds,
                 "shared": int(point["seeding"] == "identical"),
                 "progress_ms": int(progress_s * 1000)}
-        cmd = erlang.command("pg_timers", args, erlang.beam_dir(options), vm)
-        timeout = float(options.get("erlang_timeout_s", erlang.DEFAULT_TIMEOUT_S))
+        cmd = erlang.command("pg_timers", args, beams, vm)
+        # the storm lasts its ideal at least: the deadline grows with it
+        timeout = float(options.get("erlang_timeout_s",
+                                    max(erlang.DEFAULT_TIMEOUT_S, 2 * ideal + 120)))
         runs: list[erlang.Result] = []
         meta: Metadata = {
             "perfgrid_seed": seed,
