@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import ctypes
 import errno
-import importlib.util
 import json
 import os
 import selectors
@@ -36,6 +35,7 @@ from typing import Any
 import psutil
 
 from perfgrid import binding
+from perfgrid.eventloops import uvloop_missing
 
 SERVERS = ("asyncio", "uvloop")
 HOST = "127.0.0.1"
@@ -50,13 +50,6 @@ BODY_BYTES = VALUE_DIGITS + 1
 MAX_HEAD = 16384
 PR_SET_PDEATHSIG = 1
 PARENT_WATCH_S = 0.5
-
-
-def uvloop_missing() -> str | None:
-    """Why the uvloop server cannot run here, or None."""
-    if importlib.util.find_spec("uvloop") is None:
-        return "uvloop cannot be imported (pip install uvloop)"
-    return None
 
 
 def somaxconn() -> int | None:

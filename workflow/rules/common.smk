@@ -116,3 +116,34 @@ def erlang_input(module):
 def erlang_options(wildcards, input):
     """``--option beams=DIR`` where the job runs an Erlang program."""
     return shlex.join(["--option", f"beams={ERLANG_BEAMS}"]) if input.beams else ""
+
+
+# --- experiment-specific input and option functions ---------------------------
+
+HTTP = experiments.get("http")
+HTTP_DATABASE = SETTINGS.get("http", {}).get("database") or str(
+    LAYOUT.root / "data" / "http.sqlite"
+)
+
+
+def http_options(wildcards):
+    """--option words of one job: its request count, the database, port and deadline."""
+    point = HTTP.parse_point(dict(wildcards.items()))
+    options = HTTP.options(SETTINGS.get("http", {}), point, HTTP_DATABASE)
+    return shlex.join(w for key, value in options.items() for w in ("--option", f"{key}={value}"))
+
+
+def ring_native_input(wildcards):
+    """The C ring, for the native points only."""
+    return [str(LAYOUT.native_binary("ring"))] if wildcards.variant == "native" else []
+
+
+def ring_options(wildcards, input):
+    """The ring's sizes (and the C ring's path) as harness options."""
+    section = SETTINGS["ring"]
+    words = []
+    for key in ("rings", "size", "rounds", "worker_rounds"):
+        words += ["--option", f"{key}={section[key]}"]
+    if input.binary:
+        words += ["--option", f"binary={input.binary}"]
+    return shlex.join(words)

@@ -1,19 +1,6 @@
 # http (seed E5 a): one pyperf job per grid point; the job starts its own server
 # workers (set-up, outside the timing), loads them and stops them.
 
-HTTP = experiments.get("http")
-HTTP_DATABASE = SETTINGS.get("http", {}).get("database") or str(
-    LAYOUT.root / "data" / "http.sqlite"
-)
-
-
-def http_options(wildcards):
-    """--option words of one job: its request count, the database, port and deadline."""
-    point = HTTP.parse_point(dict(wildcards.items()))
-    options = HTTP.options(SETTINGS.get("http", {}), point, HTTP_DATABASE)
-    return shlex.join(w for key, value in options.items() for w in ("--option", f"{key}={value}"))
-
-
 rule http:
     input:
         workload=f"{SRC}/experiments/http.py",
@@ -21,9 +8,9 @@ rule http:
         load=f"{SRC}/httpload.py",
         beams=erlang_input("pg_http"),
     output:
-        LAYOUT.raw_pattern("http", HTTP.axes),
+        LAYOUT.raw_pattern("http", experiments.get("http").axes),
     log:
-        LAYOUT.log_pattern("http", HTTP.axes),
+        LAYOUT.log_pattern("http", experiments.get("http").axes),
     params:
         bench=bench_params("http"),
         options=http_options,

@@ -14,22 +14,6 @@ rule ring_binary:
         "${{CC:-cc}} -O2 -Wall -o {output:q} {input:q} > {log:q} 2>&1"
 
 
-def ring_native_input(wildcards):
-    """The C ring, for the native points only."""
-    return [str(LAYOUT.native_binary("ring"))] if wildcards.variant == "native" else []
-
-
-def ring_options(wildcards, input):
-    """The ring's sizes (and the C ring's path) as harness options."""
-    section = SETTINGS["ring"]
-    words = []
-    for key in ("rings", "size", "rounds", "worker_rounds"):
-        words += ["--option", f"{key}={section[key]}"]
-    if input.binary:
-        words += ["--option", f"binary={input.binary}"]
-    return shlex.join(words)
-
-
 rule ring:
     input:
         workload=f"{SRC}/experiments/ring.py",

@@ -14,7 +14,6 @@ rings of ``size`` Erlang processes (src/perfgrid/erlang/pg_ring.erl) on
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import queue
@@ -31,6 +30,7 @@ import psutil
 from pyperf import perf_counter
 
 from perfgrid import binding, erlang
+from perfgrid.eventloops import loop_factory, uvloop_missing
 from perfgrid.experiments.base import Case, Experiment, Metadata, Point, missing_tool
 
 VARIANTS = ("asyncio", "uvloop", "thread", "process_pipe", "native", "erlang")
@@ -46,24 +46,6 @@ MAX_TASKS = 2_000_000
 TOKEN = b"x"
 #: seconds a member process gets to exit after its ring is closed
 EXIT_GRACE_S = 5.0
-
-
-def uvloop_missing() -> str | None:
-    """Why uvloop cannot run here, or None."""
-    if importlib.util.find_spec("uvloop") is None:
-        return "uvloop is not installed (pip install uvloop)"
-    return None
-
-
-def loop_factory(variant: str) -> Callable[[], asyncio.AbstractEventLoop]:
-    """A function making a fresh event loop of ``variant``."""
-    if variant == "asyncio":
-        return asyncio.new_event_loop
-    if variant == "uvloop":
-        import uvloop
-
-        return uvloop.new_event_loop
-    raise ValueError(f"variant: {variant!r} is not one of {', '.join(IN_LOOP)}")
 
 
 @dataclass

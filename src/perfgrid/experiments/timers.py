@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import importlib.util
 import itertools
 import os
 import resource
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +27,7 @@ import numpy as np
 from pyperf import perf_counter
 
 from perfgrid import binding, erlang
+from perfgrid.eventloops import loop_factory, uvloop_missing
 from perfgrid.experiments.base import Case, Experiment, Metadata, Point
 
 VARIANTS = ("asyncio", "uvloop", "erlang", "erlang_smp")
@@ -68,24 +67,6 @@ def draws(tasks: int, rounds: int, max_sleep: float, seeding: str, seed: int) ->
 def ideal_seconds(sleeps: np.ndarray) -> float:
     """The lower bound on the wall time: the largest per-task sum of sleeps."""
     return float(sleeps.sum(axis=1).max())
-
-
-def uvloop_missing() -> str | None:
-    """Why uvloop cannot run here, or None."""
-    if importlib.util.find_spec("uvloop") is None:
-        return "uvloop is not installed (pip install uvloop)"
-    return None
-
-
-def loop_factory(variant: str) -> Callable[[], asyncio.AbstractEventLoop]:
-    """A function making a fresh event loop of ``variant``."""
-    if variant == "asyncio":
-        return asyncio.new_event_loop
-    if variant == "uvloop":
-        import uvloop
-
-        return uvloop.new_event_loop
-    raise ValueError(f"variant: {variant!r} is not one of {', '.join(VARIANTS)}")
 
 
 @dataclass
