@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 import pyperf
 import pytest
+import yaml
 
 from perfgrid import atomic, noise
 
@@ -178,30 +179,60 @@ def test_full_disk_half_way_leaves_no_partial_file(small_fs):
     assert list(small_fs.iterdir()) == []
 
 
-def test_missing_tool_rows_are_skipped_with_the_reason(workdir, tmp_path):
-    # a PATH with everything in /usr/bin and /bin except fio
+QUICK = yaml.safe_load((REPO / "config" / "quick.yaml").read_text())
+
+# tool(s) hidden, Python module hidden, the experiment's tiny section, the skipped variants
+MISSING = {
+    "fio": (["fio"], None, "file_read", {
+        "variants": ["read", "fio"], "block_sizes": [65536], "parallel_block_sizes": [1048576],
+        "workers": [1], "bindings": ["none"], "caches": ["warm"]}, {"fio"}),
+    "ab": (["ab"], None, "http", {
+        "servers": ["asyncio"], "clients": ["ab", "builtin"], "workers": [1],
+        "bindings": ["none"], "concurrency": [10], "requests": 200, "extra_grids": []},
+        {"asyncio"}),
+    "gcc": (["cc", "gcc"], None, "syscall", {
+        "variants": ["python", "native"], "calls": ["getuid"], "workers": [1],
+        "bindings": ["none"]}, {"native"}),
+    "erl": (["erl", "erlc"], None, "ring", {
+        "variants": ["asyncio", "erlang"], "workers": [2], "bindings": ["none"],
+        "erlang": {"workers": [2], "bindings": ["none"]}}, {"erlang"}),
+    "uvloop": ([], "uvloop", "timers", {
+        "variants": ["asyncio", "uvloop"], "seeding": ["independent"], "gc": ["off"],
+        "tasks": [1000], "rounds": [2], "max_sleep": [0.1], "extra_grids": []}, {"uvloop"}),
+}
+
+
+@pytest.mark.parametrize("missing", sorted(MISSING))
+def test_missing_tool_rows_are_skipped_with_the_reason(workdir, tmp_path, missing):
+    tools, module, experiment, section, variants = MISSING[missing]
+    # a PATH with everything in /usr/local/bin, /usr/bin and /bin but the tools
     hidden = tmp_path / "bin"
     hidden.mkdir()
     for folder in ("/usr/local/bin", "/usr/bin", "/bin"):
         for name in os.listdir(folder):
-            if name != "fio" and not (hidden / name).exists():
+            if name not in tools and not (hidden / name).exists():
                 (hidden / name).symlink_to(Path(folder) / name)
-    write_config(workdir, {**GRID, "file_read": {**GRID["file_read"],
-                                                 "variants": ["read", "fio"],
-                                                 "block_sizes": [65536],
-                                                 "parallel_block_sizes": [1048576],
-                                                 "workers": [1], "bindings": ["none"]}})
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{hidden}"}
+    if module:  # a stub first on the path that refuses to import
+        stub = tmp_path / "stub"
+        stub.mkdir()
+        (stub / f"{module}.py").write_text(f"raise ImportError('{module} hidden by a test')\n")
+        env["PYTHONPATH"] = str(stub)
+    config = {**QUICK, "host": "rel", "experiments": [experiment],
+              "noise": {"busy_share": 1.0}, experiment: {**QUICK[experiment], **section}}
+    write_config(workdir, config)
     done = subprocess.run(
         [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
          "--configfile", str(workdir / "config.yaml"), "--cores", "2"],
         cwd=workdir, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     skipped = json.loads((workdir / "results/rel/skipped.json").read_text())
-    assert [s["variant"] for s in skipped] == ["fio"]
-    assert "fio not found" in skipped[0]["reason"]
+    assert skipped and {s["variant"] for s in skipped} == variants
+    assert all(missing in s["reason"] or tools[0] in s["reason"] for s in skipped)
     report = (workdir / "results/rel/report.md").read_text()
-    assert "Skipped points" in report and "fio not found" in report
+    assert "Skipped points" in report and skipped[0]["reason"] in report
+    ran = list((workdir / "results/rel/raw" / experiment).rglob("*.json"))
+    assert ran  # the rest of the experiment still ran
 
 
 def test_busy_machine_is_waited_for_then_flagged():

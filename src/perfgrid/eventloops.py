@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 from collections.abc import Callable
 
 LOOPS = ("asyncio", "uvloop")
@@ -11,8 +10,10 @@ LOOPS = ("asyncio", "uvloop")
 
 def uvloop_missing() -> str | None:
     """Why uvloop cannot run here (a skip reason), or None."""
-    if importlib.util.find_spec("uvloop") is None:
-        return "uvloop is not installed (pip install uvloop)"
+    try:
+        import uvloop  # noqa: F401
+    except ImportError as err:
+        return f"uvloop cannot be imported ({err}; pip install uvloop)"
     return None
 
 
