@@ -54,6 +54,8 @@ rule testfile:
     params:
         size=SETTINGS["testfile"]["size_bytes"],
         seed=SETTINGS["testfile"]["seed"],
+    # alone on the machine, like a benchmark: its generation speed is recorded
+    threads: BENCH_THREADS
     conda:
         CONDA_ENV
     shell:
