@@ -204,7 +204,7 @@ def render_md(data: dict[str, Any]) -> str:
 
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
 color:#222}table{border-collapse:collapse;font-size:.85em;margin:1em 0}td,th{border:1px solid
-#ccc;padding:.2em .5em;text-align:right}th{background:#f3f3f3}img{max-width:100%}
+#ccc;padding:.2em .5em;text-align:left;vertical-align:top}th{background:#f3f3f3}img{max-width:100%}
 .reproduced{background:#dfd}.not{background:#fdd}.inconclusive{background:#ffd}"""
 
 
