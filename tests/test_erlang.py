@@ -77,6 +77,14 @@ def test_timers_program_sleeps_the_given_draws(beams, tmp_path):
     assert (report["events"], report["ideal_s"]) == (120, pytest.approx(0.015))
 
 
+def test_timers_program_logs_progress_while_it_waits(beams, tmp_path):
+    millis = np.full((4, 2), 30, dtype=np.uint32)  # 4 tasks x 2 rounds of 30 ms
+    path = erlang.draws_file(millis, tmp_path)
+    report = run("pg_timers", {"draws": path, "tasks": 4, "rounds": 2, "shared": 0,
+                               "progress_ms": 5}, beams)
+    assert report["events"] == 8  # the progress lines (stderr) did not break the run
+
+
 def test_ring_program_passes_every_message(beams):
     report = run("pg_ring", {"rings": 3, "size": 4, "rounds": 5}, beams, "single")
     assert report["messages"] == 3 * 4 * 5

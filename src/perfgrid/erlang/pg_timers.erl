@@ -98,7 +98,7 @@ wait_all(Left, Tally, Events, T0, Progress) ->
     receive
         done -> wait_all(Left - 1, Tally, Events, T0, Progress)
     after Progress ->
-            io:format(standard_error, "timers (erlang): ~b/~b timer events after ~.0f s~n",
+            io:format(standard_error, "timers (erlang): ~b/~b timer events after ~.1f s~n",
                       [counters:get(Tally, 1), Events,
                        pg_util:seconds(T0, pg_util:now_ns())]),
             wait_all(Left, Tally, Events, T0, Progress)
