@@ -65,9 +65,15 @@ class Experiment:
         """The grid points of this experiment for its (validated) config section."""
         raise NotImplementedError
 
+    #: variants run by a native program or by the Erlang VM; the rest are Python
+    native_variants: ClassVar[tuple[str, ...]] = ()
+    erlang_variants: ClassVar[tuple[str, ...]] = ()
+
     def runtime(self, point: Point) -> str:
         """``python``, ``native`` or ``erlang``: what runs the point."""
-        return "python"
+        if point["variant"] in self.erlang_variants:
+            return "erlang"
+        return "native" if point["variant"] in self.native_variants else "python"
 
     def unavailable(self, point: Point) -> str | None:
         """Why this machine cannot run ``point`` (a missing tool), or None."""

@@ -196,6 +196,8 @@ class FileRead(Experiment):
     int_axes = frozenset({"workers", "block_size"})
     work_unit = "bytes"
     rate_unit = "bytes/s"
+    native_variants = NATIVE
+    erlang_variants = tuple(ERLANG)
     reference_variants = ("dd",)
     reference_axes = ("cache", "block_size")
     fallback_axes = ("cache",)
@@ -226,11 +228,6 @@ class FileRead(Experiment):
     def _point(variant: str, cache: str, bind: str, workers: int, block_size: int) -> Point:
         return {"variant": variant, "cache": cache, "binding": bind,
                 "workers": workers, "block_size": block_size}
-
-    def runtime(self, point: Point) -> str:
-        if point["variant"] in ERLANG:
-            return "erlang"
-        return "native" if point["variant"] in NATIVE else "python"
 
     def unavailable(self, point: Point) -> str | None:
         if point["variant"] in ERLANG:

@@ -87,6 +87,7 @@ class Http(Experiment):
     int_axes = frozenset({"workers", "concurrency"})
     work_unit = "requests"
     rate_unit = "requests/s"
+    erlang_variants = ("erlang",)
 
     def grids(self, section: dict[str, Any]) -> list[dict[str, Any]]:
         """The main grid (the section's lists) and each extra grid, defaults filled in."""
@@ -110,9 +111,6 @@ class Http(Experiment):
                 out.setdefault(tuple(point[a] for a in self.axes),
                                {a: point[a] for a in self.axes})
         return self.keep_runtimes(list(out.values()), section)
-
-    def runtime(self, point: Point) -> str:
-        return "erlang" if point["variant"] == "erlang" else "python"
 
     def requests_for(self, section: dict[str, Any], point: Point) -> int:
         """The request count of ``point``: that of the first grid that contains it."""

@@ -318,6 +318,8 @@ class Ring(Experiment):
     int_axes = frozenset({"workers"})
     work_unit = "messages"
     rate_unit = "messages/s"
+    native_variants = NATIVE
+    erlang_variants = ERLANG
     reference_variants = NATIVE
     reference_axes = ("workers", "binding")
     #: no fallback: a row is compared with the C ring at its own workers/binding only
@@ -347,11 +349,6 @@ class Ring(Experiment):
                 out += [{"variant": variant, "binding": b, "workers": w}
                         for w in section["workers"] for b in section["bindings"]]
         return self.keep_runtimes(out, section)
-
-    def runtime(self, point: Point) -> str:
-        if point["variant"] in ERLANG:
-            return "erlang"
-        return "native" if point["variant"] in NATIVE else "python"
 
     def unavailable(self, point: Point) -> str | None:
         if point["variant"] in ERLANG:

@@ -476,6 +476,8 @@ class Spawn(Experiment):
     int_axes = frozenset({"chains", "total"})
     work_unit = "spawns"
     rate_unit = "spawns/s"
+    native_variants = NATIVE
+    erlang_variants = ERLANG
     reference_variants = NATIVE
 
     def points(self, section: dict[str, Any], config: dict[str, Any]) -> list[Point]:
@@ -497,11 +499,6 @@ class Spawn(Experiment):
                 out += [{"variant": primitive, "binding": b, "chains": chains, "total": total}
                         for b in lists["bindings"]]
         return self.keep_runtimes(out, section)
-
-    def runtime(self, point: Point) -> str:
-        if point["variant"] in ERLANG:
-            return "erlang"
-        return "native" if point["variant"] in NATIVE else "python"
 
     def unavailable(self, point: Point) -> str | None:
         variant = point["variant"]

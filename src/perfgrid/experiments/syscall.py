@@ -287,6 +287,8 @@ class Syscall(Experiment):
     int_axes = frozenset({"workers"})
     work_unit = "calls"
     rate_unit = "calls/s"
+    native_variants = ("native",)
+    erlang_variants = ("erlang",)
     reference_variants = ("native",)
     reference_axes = ("call", "binding", "workers")
     fallback_axes = ("call",)
@@ -307,11 +309,6 @@ class Syscall(Experiment):
             out.append({"variant": "erlang", "call": "getuid", "binding": bind,
                         "workers": max(section["workers"])})
         return self.keep_runtimes(out, section)
-
-    def runtime(self, point: Point) -> str:
-        if point["variant"] == "erlang":
-            return "erlang"
-        return "native" if point["variant"] == "native" else "python"
 
     def unavailable(self, point: Point) -> str | None:
         if point["variant"] == "erlang":

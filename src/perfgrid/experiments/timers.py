@@ -164,6 +164,7 @@ class Timers(Experiment):
     int_axes = frozenset({"tasks", "rounds"})
     work_unit = "timer events"
     rate_unit = "timer events/s"
+    erlang_variants = tuple(ERLANG)
 
     def points(self, section: dict[str, Any], config: dict[str, Any]) -> list[Point]:
         """The cross product of the lists, then of each extra grid (a key left out
@@ -191,9 +192,6 @@ class Timers(Experiment):
         point = super().parse_point(raw)
         point["max_sleep"] = float(point["max_sleep"])
         return point
-
-    def runtime(self, point: Point) -> str:
-        return "erlang" if point["variant"] in ERLANG else "python"
 
     def unavailable(self, point: Point) -> str | None:
         if point["variant"] == "uvloop":
