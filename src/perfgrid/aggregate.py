@@ -16,12 +16,55 @@ from typing import Any
 import pandas as pd
 import pyperf
 
-from perfgrid import experiments
+from perfgrid import experiments, stats
 
 COMMON_COLUMNS = [
     "experiment", "runtime", "variant", "block_size", "workers", "binding", "cache",
-    "n_values", "mean_s", "median_s", "stdev_s", "cv", "rate", "rate_unit", "ratio_to_native",
+    "n_values", "n_processes", "mean_s", "median_s", "stdev_s", "cv", "rate", "rate_ci_low",
+    "rate_ci_high", "ci_rel", "ci_method", "ci_reason", "rate_unit", "ratio_to_native",
+    "process_values", "process_metadata",
 ]
+
+
+def process_values(bench: pyperf.Benchmark) -> list[list[float]]:
+    """The per-loop times grouped by the pyperf worker process that measured them."""
+    return [list(run.values) for run in bench.get_runs() if run.values]
+
+
+def process_metadata(bench: pyperf.Benchmark) -> list[dict[str, float]]:
+    """Each worker process's own numeric ``perfgrid_*`` observations (CPU shares, GC time).
+
+    Beside the values, so a claim on such a share gets an interval over processes.
+    """
+    out = []
+    for run in bench.get_runs():
+        if not run.values:
+            continue
+        meta = run.get_metadata()
+        out.append({k[len("perfgrid_"):]: float(v) for k, v in meta.items()
+                    if k.startswith("perfgrid_") and isinstance(v, int | float)
+                    and not isinstance(v, bool)})
+    return out
+
+
+def rate_estimate(row: Any) -> stats.Estimate:
+    """The rate of a table row with its interval, from its ``process_values`` column.
+
+    A row without raw values (a hand-made table) has no interval.
+    """
+    rate = float(row["rate"]) if row.get("rate") is not None else float("nan")
+    raw = row.get("process_values")
+    if not isinstance(raw, str | list) or not raw:
+        return stats.Estimate.unknown(rate, "no raw values")
+    groups = json.loads(raw) if isinstance(raw, str) else raw
+    work = float(row["work_per_loop"])
+    return stats.rate(groups, work, seed=_row_seed(row))
+
+
+def _row_seed(row: Any) -> int:
+    """The bootstrap seed of a row: fixed by what the row measured, so reruns agree."""
+    return stats.seed_for(row.get("experiment"), row.get("runtime"), row.get("result_file"),
+                          row.get("process_values"))
 
 
 def _common_metadata(bench: pyperf.Benchmark) -> dict[str, Any]:
@@ -41,6 +84,7 @@ def row_from_result(path: str | Path) -> dict[str, Any]:
     point = json.loads(meta["perfgrid_point"])
     experiment = experiments.get(meta["perfgrid_experiment"])
     values = bench.get_values()
+    groups = process_values(bench)
     mean = statistics.fmean(values)
     stdev = statistics.stdev(values) if len(values) > 1 else 0.0
     work = float(meta["perfgrid_work_per_loop"])
@@ -52,6 +96,7 @@ def row_from_result(path: str | Path) -> dict[str, Any]:
         "experiment": experiment.name,
         "runtime": meta["perfgrid_runtime"],
         "n_values": len(values),
+        "n_processes": len(groups),
         "mean_s": mean,
         "median_s": statistics.median(values),
         "stdev_s": stdev,
@@ -60,8 +105,19 @@ def row_from_result(path: str | Path) -> dict[str, Any]:
         "rate_unit": experiment.rate_unit,
         "hostname": meta.get("hostname", ""),
         "result_file": str(path),
+        "process_values": json.dumps(groups),
+        "process_metadata": json.dumps(process_metadata(bench)),
     })
     row.pop("point", None)
+    estimate = rate_estimate(row)
+    bounds = estimate.interval()
+    row.update({
+        "rate_ci_low": bounds[0] if bounds else float("nan"),
+        "rate_ci_high": bounds[1] if bounds else float("nan"),
+        "ci_rel": estimate.ci_rel,
+        "ci_method": estimate.method,
+        "ci_reason": estimate.reason,
+    })
     return row
 
 

@@ -6,14 +6,21 @@ Each experiment ``<name>`` has a module ``perfgrid.analysis.<name>`` with:
   their source), in the same columns as this machine's table;
 - ``plot(table, out_dir) -> list[Path]``: seaborn figures (PNG and SVG);
 - ``claims(table) -> list[Claim]``: each seed claim as a hypothesis, the
-  criterion, the figure measured here and a verdict computed from the data.
+  criterion, the figure measured here with its 95 % interval, and a verdict
+  decided by that interval (:func:`judged`).
 """
 
 from __future__ import annotations
 
 import importlib
+import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from types import ModuleType
+
+import numpy as np
+
+from perfgrid.stats import Estimate, decide, reduce
 
 VERDICTS = ("reproduced", "not reproduced", "inconclusive")
 
@@ -29,6 +36,13 @@ class Claim:
     verdict: str
     runtime: str = "python"
     reason: str = ""
+    #: the compared quantity, its 95 % interval and the threshold it is judged against
+    value: float = math.nan
+    ci_low: float = math.nan
+    ci_high: float = math.nan
+    op: str = ""
+    threshold: float = math.nan
+    unit: str = ""
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -36,6 +50,21 @@ class Claim:
 
     def as_row(self) -> dict[str, str]:
         return asdict(self)
+
+
+def judged(experiment: str, hypothesis: str, criterion: str, quantity: Estimate, op: str,
+           threshold: float, detail: str = "", runtime: str = "python", unit: str = "x",
+           spec: str = ".2f", note: str = "") -> Claim:
+    """A claim decided by the interval of ``quantity`` against ``op threshold``.
+
+    ``measured`` shows the estimate with its interval, then ``detail``.
+    """
+    verdict, reason = decide(quantity, op, threshold, spec, unit)
+    bounds = quantity.interval() or (math.nan, math.nan)
+    measured = quantity.show(spec, unit) + (f" {detail}" if detail else "")
+    return Claim(experiment, hypothesis, criterion, measured, verdict, runtime,
+                 f"{reason}; {note}" if note else reason, float(quantity.value),
+                 bounds[0], bounds[1], op, float(threshold), unit)
 
 
 def inconclusive(experiment: str, hypothesis: str, criterion: str, reason: str,
@@ -79,11 +108,44 @@ def without_erlang(table):
     return table[table["runtime"] != "erlang"]
 
 
-def rate_at(table, **where) -> float | None:
-    """The rate of the single row matching ``where`` (None if absent)."""
+def rows_where(table, **where):
+    """The rows whose columns equal ``where``."""
     rows = table
     for key, value in where.items():
+        if key not in rows:
+            return rows.iloc[0:0]
         rows = rows[rows[key] == value]
+    return rows
+
+
+def rate_estimates(rows) -> list[Estimate]:
+    """Each row's rate with its interval (from its raw values)."""
+    from perfgrid.aggregate import rate_estimate
+
+    return [rate_estimate(row) for _, row in rows.iterrows()]
+
+
+def rate_at(table, **where) -> Estimate | None:
+    """The rate (with interval) of the row matching ``where``; the best where several do.
+
+    None if no row matches. A NaN rate stays NaN, and its claim is inconclusive.
+    """
+    rows = rows_where(table, **where)
     if rows.empty:
         return None
-    return float(rows["rate"].max())
+    return reduce(rate_estimates(rows), np.max)
+
+
+def best_row(rows):
+    """(the row with the highest rate, the best rate over the rows with its interval).
+
+    The interval is that of the maximum, replicate by replicate: picking the best
+    of several noisy rows is itself part of the estimate.
+    """
+    best = rows.loc[rows["rate"].idxmax()]
+    return best, reduce(rate_estimates(rows), np.max)
+
+
+def median_of(parts: list[Estimate], how: Callable = np.median) -> Estimate:
+    """The median of several estimates (ratios over a grid), with its interval."""
+    return reduce(parts, how)

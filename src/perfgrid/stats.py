@@ -1,0 +1,250 @@
+"""Intervals for rates and for the quantities claims compare.
+
+pyperf gives each grid point W worker processes of V values each. Values
+inside one process share its memory layout, CPU placement and moment, so
+they are not independent: the process is the unit of replication (Kalibera
+and Jones, "Rigorous benchmarking in reasonable time", ISMM 2013).
+
+An :class:`Estimate` carries a point estimate and bootstrap replicates of
+it on the log scale. Replicates come from a hierarchical bootstrap
+(processes with replacement, then values within each chosen process), so
+that any function of several points (a ratio, a best-of, a median of
+ratios) gets its own distribution by applying the function replicate by
+replicate; the sides of a claim were measured in different jobs, so their
+replicates are drawn independently and combine pairwise.
+
+A bootstrap alone is optimistic with few processes (with W = 2 it knows
+three resamples). Two corrections keep small samples honest:
+
+- the replicates' spread is scaled to the unbiased variance of the grand
+  mean, ``var(log process means) / W`` (with one process, the variance of
+  the values over their count: within-process noise only, and said so);
+- the interval is widened by ``t(df) / z`` with ``df = W - 1``, carried
+  through combinations by the Welch-Satterthwaite formula.
+
+The coverage of these intervals is checked by simulation in the tests.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import stats as _st
+
+LEVEL = 0.95
+N_BOOT = 2000
+_Z = float(_st.norm.ppf(0.5 + LEVEL / 2))
+
+METHOD_HIERARCHICAL = "hierarchical bootstrap"
+METHOD_VALUES = "bootstrap of values (one process: within-process noise only)"
+METHOD_NONE = "none"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A positive quantity with log-scale bootstrap deviations and degrees of freedom.
+
+    ``dev`` holds ``log(replicate) - log(value)``, already scaled to the
+    calibrated variance; None where no interval can be had (``reason`` says why).
+    """
+
+    value: float
+    dev: np.ndarray | None = field(default=None, repr=False)
+    df: float = float("inf")
+    method: str = METHOD_NONE
+    reason: str = ""
+
+    # -- construction -------------------------------------------------------
+    @classmethod
+    def unknown(cls, value: float, reason: str) -> Estimate:
+        """A figure without an interval (one value, or spread unknown)."""
+        return cls(float(value), None, float("nan"), METHOD_NONE, reason)
+
+    @property
+    def var(self) -> float:
+        return float(np.var(self.dev)) if self.dev is not None else float("nan")
+
+    @property
+    def has_interval(self) -> bool:
+        return self.dev is not None and np.isfinite(self.value) and self.value > 0
+
+    def interval(self, level: float = LEVEL) -> tuple[float, float] | None:
+        """The ``level`` interval: bootstrap percentiles widened by t(df)/z."""
+        if not self.has_interval:
+            return None
+        alpha = (1 - level) / 2
+        lo, hi = np.quantile(self.dev, [alpha, 1 - alpha])
+        widen = float(_st.t.ppf(1 - alpha, self.df)) / float(_st.norm.ppf(1 - alpha))
+        centre = np.log(self.value)
+        return float(np.exp(centre + widen * lo)), float(np.exp(centre + widen * hi))
+
+    @property
+    def ci_rel(self) -> float:
+        """Half-width of the 95 % interval over the estimate (NaN without one)."""
+        bounds = self.interval()
+        if bounds is None:
+            return float("nan")
+        return (bounds[1] - bounds[0]) / 2 / self.value
+
+    # -- arithmetic: scalars scale, estimates combine replicate by replicate --
+    def _map(self, value: float, dev: np.ndarray | None) -> Estimate:
+        return Estimate(value, dev, self.df, self.method, self.reason)
+
+    def __mul__(self, other: float | Estimate) -> Estimate:
+        if isinstance(other, Estimate):
+            return _combine(self, other, +1)
+        return self._map(self.value * float(other), self.dev)
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other: float | Estimate) -> Estimate:
+        if isinstance(other, Estimate):
+            return _combine(self, other, -1)
+        return self._map(self.value / float(other), self.dev)
+
+    def __rtruediv__(self, other: float) -> Estimate:
+        dev = None if self.dev is None else -self.dev
+        return self._map(float(other) / self.value, dev)
+
+    def __float__(self) -> float:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    def show(self, spec: str = ".2f", unit: str = "") -> str:
+        """``1.05x [0.98, 1.12]``: the estimate and its 95 % interval."""
+        bounds = self.interval()
+        text = f"{self.value:{spec}}{unit}"
+        if bounds is None:
+            return f"{text} [no interval: {self.reason or 'one value'}]"
+        return f"{text} [{bounds[0]:{spec}}, {bounds[1]:{spec}}]"
+
+
+def _satterthwaite(parts: Sequence[Estimate]) -> float:
+    num = sum(p.var for p in parts) ** 2
+    den = sum(p.var ** 2 / p.df for p in parts if np.isfinite(p.df))
+    return float(num / den) if den > 0 else float("inf")
+
+
+def _no_interval(parts: Sequence[Estimate]) -> str:
+    return "; ".join(sorted({p.reason or "no interval" for p in parts if not p.has_interval}))
+
+
+def _combine(a: Estimate, b: Estimate, sign: int) -> Estimate:
+    """``a * b`` (sign +1) or ``a / b`` (sign -1) of independently measured estimates."""
+    value = a.value * b.value if sign > 0 else a.value / b.value
+    if not (a.has_interval and b.has_interval):
+        return Estimate.unknown(value, _no_interval([a, b]))
+    return Estimate(value, a.dev + sign * b.dev, _satterthwaite([a, b]), _method([a, b]))
+
+
+def _method(parts: Sequence[Estimate]) -> str:
+    return METHOD_VALUES if any(p.method == METHOD_VALUES for p in parts) else METHOD_HIERARCHICAL
+
+
+def reduce(parts: Sequence[Estimate], how: Callable[[np.ndarray], Any] = np.max) -> Estimate:
+    """``how`` (max, min, median) over several estimates, replicate by replicate.
+
+    Degrees of freedom: the smallest of the parts (conservative).
+    """
+    if not parts:
+        raise ValueError("reduce: no estimates")
+    values = np.array([p.value for p in parts])
+    value = float(how(values))
+    if not all(p.has_interval for p in parts):
+        return Estimate.unknown(value, _no_interval(parts))
+    reps = np.log(values)[:, None] + np.stack([p.dev for p in parts])
+    dev = np.log(how(np.exp(reps), axis=0)) - np.log(value)
+    return Estimate(value, dev, float(min(p.df for p in parts)), _method(parts))
+
+
+# -- from raw values ---------------------------------------------------------
+def seed_for(*keys: Any) -> int:
+    """A stable seed from what identifies a point, so a table's intervals are repeatable."""
+    return zlib.crc32(json.dumps(keys, sort_keys=True, default=str).encode())
+
+
+def mean_estimate(processes: Sequence[Sequence[float]], seed: int = 0,
+              n_boot: int = N_BOOT) -> Estimate:
+    """The mean of positive values grouped by worker process (per-loop times, CPU shares)."""
+    groups = [np.asarray(g, dtype=float) for g in processes if len(g)]
+    values = np.concatenate(groups) if groups else np.array([])
+    if values.size == 0:
+        return Estimate.unknown(float("nan"), "no values")
+    mean = float(values.mean())
+    if not (np.all(values > 0) and np.all(np.isfinite(values))):
+        return Estimate.unknown(mean, "non-positive or non-finite values")
+    if values.size == 1:
+        return Estimate.unknown(mean, "one value")
+    rng = np.random.default_rng(seed)
+    w = len(groups)
+    if w >= 2:
+        target = float(np.var(np.log([g.mean() for g in groups]), ddof=1)) / w
+        df, method = w - 1, METHOD_HIERARCHICAL
+    else:
+        target = float(np.var(np.log(values), ddof=1)) / values.size
+        df, method = values.size - 1, METHOD_VALUES
+    if target <= 0:
+        return Estimate.unknown(mean, "all values identical: spread unknown")
+    reps = _hierarchical_means(groups, rng, n_boot)
+    dev = np.log(reps) - np.log(mean)
+    spread = float(np.var(dev))
+    dev = dev * np.sqrt(target / spread) if spread > 0 else rng.normal(0, np.sqrt(target), n_boot)
+    return Estimate(mean, dev, float(df), method)
+
+
+def _hierarchical_means(groups: list[np.ndarray], rng: np.random.Generator,
+                        n_boot: int) -> np.ndarray:
+    """Grand means of ``n_boot`` resamples: processes with replacement, then values within."""
+    w = len(groups)
+    sizes = np.array([g.size for g in groups])
+    width = int(sizes.max())
+    padded = np.zeros((w, width))
+    for i, g in enumerate(groups):
+        padded[i, : g.size] = g
+    chosen = rng.integers(0, w, size=(n_boot, w)) if w > 1 else np.zeros((n_boot, 1), int)
+    n = sizes[chosen]                                           # (B, W)
+    picks = (rng.random((n_boot, chosen.shape[1], width)) * n[..., None]).astype(int)
+    drawn = padded[chosen[..., None], picks]                    # (B, W, width)
+    mask = np.arange(width)[None, None, :] < n[..., None]
+    return (drawn * mask).sum(axis=(1, 2)) / mask.sum(axis=(1, 2))
+
+
+def rate(processes: Sequence[Sequence[float]], work_per_loop: float, seed: int = 0) -> Estimate:
+    """Work per second of one point: ``work_per_loop`` over the mean per-loop time."""
+    return work_per_loop / mean_estimate(processes, seed)
+
+
+# -- verdicts ----------------------------------------------------------------
+_SIDES = {">=": "at or above", ">": "above", "<=": "at or below", "<": "below"}
+
+
+def decide(quantity: Estimate, op: str, threshold: float, spec: str = ".2f",
+           unit: str = "x") -> tuple[str, str]:
+    """(verdict, reason): reproduced only when the whole interval lies on the claim's side."""
+    if op not in _SIDES:
+        raise ValueError(f"op: {op!r} is not one of {', '.join(_SIDES)}")
+    bounds = quantity.interval()
+    if not np.isfinite(quantity.value):
+        return "inconclusive", "no estimate (missing or NaN rate)"
+    if bounds is None:
+        return "inconclusive", f"no interval: {quantity.reason or 'one value'}"
+    lo, hi = bounds
+    text = f"interval {lo:{spec}}-{hi:{spec}}{unit}"
+    above = op.startswith(">")
+    strict = len(op) == 1
+    holds = (lo > threshold if strict else lo >= threshold) if above else (
+        hi < threshold if strict else hi <= threshold)
+    fails = (hi <= threshold if strict else hi < threshold) if above else (
+        lo >= threshold if strict else lo > threshold)
+    if holds:
+        return "reproduced", f"{text} lies wholly {_SIDES[op]} {threshold:g}{unit}"
+    if fails:
+        return "not reproduced", f"{text} lies wholly on the other side of {threshold:g}{unit}"
+    return "inconclusive", f"{text} straddles {threshold:g}{unit}"

@@ -1,0 +1,32 @@
+"""Synthetic table rows with raw values, for claim and interval tests.
+
+A row's ``process_values`` hold per-loop times whose mean gives ``rate``
+(``work_per_loop`` 1), with a chosen spread inside and between processes, so
+claims see the same columns as in a real table and get real intervals.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+
+def row(rate: float, *, cv: float = 0.01, processes: int = 4, values: int = 5,
+        seed: int = 0, **columns: Any) -> dict[str, Any]:
+    """One table row measuring ``rate`` exactly on average, with noise ``cv``."""
+    rng = np.random.default_rng(seed)
+    groups = []
+    for _ in range(processes):
+        times = np.exp(rng.normal(0, cv, values)) * np.exp(rng.normal(0, cv))
+        groups.append(times)
+    scale = np.concatenate(groups).mean() * rate  # make the mean exactly 1/rate
+    groups = [list(g / scale) for g in groups]
+    return {"rate": rate, "work_per_loop": 1.0, "process_values": json.dumps(groups),
+            "n_processes": processes, "n_values": processes * values, **columns}
+
+
+def single(rate: float, **columns: Any) -> dict[str, Any]:
+    """A row measured once: no interval."""
+    return row(rate, processes=1, values=1, **columns)
