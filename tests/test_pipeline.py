@@ -10,7 +10,7 @@ import pyperf
 import pytest
 import yaml
 
-from perfgrid import settings
+from perfgrid import experiments, settings
 from perfgrid.analysis import VERDICTS
 
 from conftest import CONFIG, REPO, SNAKEMAKE, edit, job_counts, run
@@ -33,7 +33,17 @@ def test_every_grid_point_reaches_the_table_and_report(tree):
     axes = ["variant", "cache", "binding", "workers", "block_size"]
     got = {tuple(r) for r in table[axes].itertuples(index=False)}
     assert got == {tuple(p[a] for a in axes) for p in runnable}
-    assert (table["rate"] > 0).all() and (table["n_values"] == 2).all()
+    assert (table["rate"] > 0).all()
+    # points a claim compares: 3 processes and an interval over them; the rest: one process
+    claimed = table.apply(lambda r: experiments.get("file_read").used_by_claims(
+        {a: r[a] for a in axes}), axis=1)
+    assert claimed.any() and not claimed.all()
+    assert (table.loc[claimed, "n_processes"] == 3).all()
+    assert (table.loc[claimed, "ci_method"] == "hierarchical bootstrap").all()
+    assert (table.loc[claimed, "rate_ci_low"] < table.loc[claimed, "rate"]).all()
+    assert (table.loc[claimed, "rate"] < table.loc[claimed, "rate_ci_high"]).all()
+    assert (table.loc[~claimed, "n_values"] == 2).all()
+    assert (table.loc[~claimed, "ci_method"] != "hierarchical bootstrap").all()
     assert table.loc[table["variant"] == "dd", "ratio_to_native"].eq(1.0).all()
     md = (tree / "results/tiny/report.md").read_text()
     html = (tree / "results/tiny/report.html").read_text()
@@ -42,7 +52,10 @@ def test_every_grid_point_reaches_the_table_and_report(tree):
     claim_rows = [line for line in md.splitlines() if line.startswith("| file_read |")]
     assert len(claim_rows) == 5
     assert all(any(f"| {v} |" in line for v in VERDICTS) for line in claim_rows)
-    assert html.count("data:image/png;base64,") == 2
+    # every claim's data is in the grid: each shows an interval, none lacks its rows
+    assert all(" [" in line and "no warm" not in line for line in claim_rows), claim_rows
+    assert "Verdicts: " in md and "claims.png" in md
+    assert html.count("data:image/png;base64,") == 3  # the claims figure and two plots
     assert "http://" not in html and "https://" not in html
     recorded = json.loads((tree / "results/tiny/skipped.json").read_text())
     assert len(recorded) == len(skipped)
@@ -51,7 +64,7 @@ def test_every_grid_point_reaches_the_table_and_report(tree):
 def test_every_result_is_complete_pyperf_json(tree):
     for path in (tree / "results/tiny/raw").rglob("*.json"):
         bench = pyperf.Benchmark.load(str(path))
-        assert len(bench.get_values()) == 2
+        assert len(bench.get_values()) in (2, 6)  # one process, or three for a claim point
         assert bench.get_metadata()["perfgrid_experiment"] == "file_read"
     assert not list((tree / "results").rglob(".*.tmp*"))
 
@@ -143,6 +156,7 @@ def test_archive_round_trip(tree, tmp_path):
     assert cli.returncode == 0, cli.stderr
     md = (out / "compare.md").read_text()
     assert "| significant |" not in md and "not significant" in md
+    assert "0 claims changed verdict" in md
     assert (out / "file_read_ratio.png").exists()
 
 

@@ -79,10 +79,40 @@ def _extract(args: argparse.Namespace) -> None:
 def _compare(args: argparse.Namespace) -> None:
     from perfgrid import compare
 
-    tables = compare.compare(args.a, args.b, Path(args.out))
-    for name, table in tables.items():
+    result = compare.compare(args.a, args.b, Path(args.out))
+    for name, table in result["tables"].items():
         print(f"{name}: {len(table)} points compared")
+    print(f"{result['significant']} of {result['testable']} testable points significant "
+          f"(BH q <= {compare.Q}); {len(result['changes'])} claims changed verdict")
     print(f"comparison written to {args.out}")
+
+
+def _aa(args: argparse.Namespace) -> None:
+    """Run one config twice under two labels and compare: the machine's noise floor."""
+    import subprocess
+
+    from perfgrid import compare
+
+    results = Path(args.results)
+    for side in ("a", "b"):
+        cmd = [sys.executable, "-m", "snakemake", "--cores", str(args.cores),
+               "--config", f"host={args.label}-{side}", f"results={args.results}"]
+        if args.configfile:
+            cmd[3:3] = ["--configfile", args.configfile]
+        print("perfgrid aa: " + " ".join(cmd), flush=True)
+        done = subprocess.run(cmd + list(args.snakemake_args), check=False)
+        if done.returncode != 0:
+            raise SystemExit(f"perfgrid aa: run {side} failed (exit {done.returncode})")
+    out = Path(args.out or results / "compare" / f"aa-{args.label}")
+    result = compare.compare(str(results / f"{args.label}-a"), str(results / f"{args.label}-b"),
+                             out)
+    share = result["significant"] / result["testable"] if result["testable"] else float("nan")
+    print(f"A/A: {result['significant']} of {result['testable']} testable points "
+          f"({share:.1%}) significant after Benjamini-Hochberg at q = {compare.Q}; "
+          f"{len(result['changes'])} claims changed verdict; written to {out}")
+    for _, change in result["changes"].iterrows():
+        print(f"  {change['experiment']} [{change['runtime']}] {change['hypothesis']}: "
+              f"{change['verdict_a']} -> {change['verdict_b']}")
 
 
 def _summary(args: argparse.Namespace) -> None:
@@ -147,6 +177,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("b", help="results/<host> or an archive")
     p.add_argument("--out", default="results/compare", help="output folder")
     p.set_defaults(func=_compare)
+
+    p = sub.add_parser("aa", help="run one config twice (two labels) and compare: the noise "
+                       "floor of this machine")
+    p.add_argument("--configfile", help="config to run (default: config/config.yaml)")
+    p.add_argument("--label", default="aa", help="results land in <results>/<label>-a and -b")
+    p.add_argument("--results", default="results", help="the config's results folder")
+    p.add_argument("--cores", type=int, default=2)
+    p.add_argument("--out", help="comparison folder (default <results>/compare/aa-<label>)")
+    p.add_argument("snakemake_args", nargs="*", help="passed on to snakemake (after --)")
+    p.set_defaults(func=_aa)
 
     p = sub.add_parser("summary", help="every host's rates side by side")
     p.add_argument("roots", nargs="+", help="results/<host> folders")

@@ -84,5 +84,10 @@ class Layout:
         return self.root / "report.html"
 
     @property
+    def claims_figure(self) -> Path:
+        """Every claim's interval against its threshold (PNG; an SVG beside it)."""
+        return self.root / "claims.png"
+
+    @property
     def report_md(self) -> Path:
         return self.root / "report.md"

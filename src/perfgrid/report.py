@@ -18,12 +18,97 @@ from typing import Any
 import pandas as pd
 
 from perfgrid import experiments
-from perfgrid.analysis import Claim, module
+from perfgrid.analysis import VERDICTS, Claim, module
 from perfgrid.atomic import write_text
 from perfgrid.paths import REPO, Layout
 
 #: statistics shown after the axes in each experiment's table
-STATS = ["n_values", "mean_s", "cv", "rate", "rate_unit", "ratio_to_native"]
+STATS = ["n_processes", "n_values", "cv", "rate (95 % interval)", "ci_rel", "ratio_to_native"]
+
+#: how a rate unit is shown to a reader: (scale, unit) pairs from large to small
+_HUMAN = {
+    "bytes/s": [(1e9, "GB/s"), (1e6, "MB/s"), (1e3, "kB/s"), (1, "B/s")],
+    "calls/s": [(1e6, "M calls/s"), (1e3, "k calls/s"), (1, "calls/s")],
+    "spawns/s": [(1e6, "M spawns/s"), (1e3, "k spawns/s"), (1, "spawns/s")],
+    "requests/s": [(1e3, "k req/s"), (1, "req/s")],
+    "messages/s": [(1e6, "M msg/s"), (1e3, "k msg/s"), (1, "msg/s")],
+    "timer events/s": [(1e6, "M events/s"), (1e3, "k events/s"), (1, "events/s")],
+}
+
+
+def human_rate(rate: float, low: float, high: float, unit: str) -> str:
+    """``11.2 GB/s [10.9, 11.5]``: a rate and its interval in a readable unit."""
+    if not isinstance(rate, int | float) or pd.isna(rate):
+        return ""
+    scale, label = next(((s, u) for s, u in _HUMAN.get(unit, [(1, unit)]) if abs(rate) >= s),
+                        _HUMAN.get(unit, [(1, unit)])[-1])
+    text = f"{rate / scale:.3g} {label}"
+    if isinstance(low, int | float) and not pd.isna(low) and not pd.isna(high):
+        return f"{text} [{low / scale:.3g}, {high / scale:.3g}]"
+    return f"{text} [no interval]"
+
+
+def with_human_rates(table: pd.DataFrame) -> pd.DataFrame:
+    """The table with a readable ``rate (95 % interval)`` column; the raw SI columns stay."""
+    if table.empty or "rate" not in table:
+        return table
+    cols = {c: table[c] if c in table else pd.Series(float("nan"), index=table.index)
+            for c in ("rate_ci_low", "rate_ci_high", "rate_unit")}
+    human = [human_rate(r, lo, hi, str(u)) for r, lo, hi, u in zip(
+        table["rate"], cols["rate_ci_low"], cols["rate_ci_high"], cols["rate_unit"],
+        strict=True)]
+    return table.assign(**{"rate (95 % interval)": human})
+
+
+def verdict_counts(claims: pd.DataFrame) -> str:
+    """``12 reproduced, 3 not reproduced, 9 inconclusive``."""
+    counts = claims["verdict"].value_counts() if len(claims) else pd.Series(dtype=int)
+    return ", ".join(f"{int(counts.get(v, 0))} {v}" for v in VERDICTS)
+
+
+def claims_figure(claims: list[Claim], path: Path) -> Path:
+    """Every claim's interval against its threshold, coloured by verdict (PNG and SVG).
+
+    The axis is the measured quantity over its threshold, turned so that right of
+    1 means the claim holds, so claims of every unit share one axis.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    colours = {"reproduced": "tab:green", "not reproduced": "tab:red",
+               "inconclusive": "tab:orange"}
+    fig, ax = plt.subplots(figsize=(8, 0.28 * max(len(claims), 1) + 1.4))
+    labels = []
+    for i, claim in enumerate(reversed(claims)):
+        labels.append(f"{claim.experiment} [{claim.runtime}] {claim.hypothesis}"[:80])
+        if not (np.isfinite(claim.value) and np.isfinite(claim.threshold) and claim.threshold):
+            ax.text(1.0, i, "no estimate", fontsize=6, va="center", ha="center", color="0.4")
+            continue
+        flip = claim.op.startswith("<")
+        xs = [v / claim.threshold for v in (claim.value, claim.ci_low, claim.ci_high)]
+        if flip:
+            xs = [1 / x if x else np.nan for x in xs]
+        colour = colours[claim.verdict]
+        if np.isfinite(xs[1]) and np.isfinite(xs[2]):
+            ax.plot([min(xs[1:]), max(xs[1:])], [i, i], color=colour, lw=2.5)
+            ax.plot(xs[0], i, "o", color=colour, ms=4)
+        else:
+            ax.plot(xs[0], i, "o", mfc="white", color=colour, ms=5)
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_yticks(range(len(labels)), labels, fontsize=6)
+    ax.set_xlabel("measured / threshold, right of 1: the claim holds\n"
+                  "bar: 95 % interval; hollow dot: no interval", fontsize=8)
+    handles = [plt.Line2D([], [], color=c, lw=2.5, label=v) for v, c in colours.items()]
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    fig.savefig(path.with_suffix(".svg"), bbox_inches="tight")
+    plt.close(fig)
+    return path
 
 
 def md_table(frame: pd.DataFrame) -> str:
@@ -107,10 +192,15 @@ def _img(path: Path) -> str:
     return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
 
 
+CLAIM_COLUMNS = ["experiment", "hypothesis", "criterion", "measured", "verdict", "runtime",
+                 "reason"]
+
+
 def _claims_frame(claims: list[Claim]) -> pd.DataFrame:
     return pd.DataFrame([c.as_row() for c in claims],
                         columns=["experiment", "hypothesis", "criterion", "measured",
-                                 "verdict", "runtime", "reason"])
+                                 "verdict", "runtime", "reason", "value", "ci_low", "ci_high",
+                                 "op", "threshold", "unit"])
 
 
 def build(root: Path, experiment_names: list[str], cv_threshold: float) -> dict[str, Any]:
@@ -123,7 +213,7 @@ def build(root: Path, experiment_names: list[str], cv_threshold: float) -> dict[
     for name in experiment_names:
         analysis = module(name)
         axes = experiments.get(name).axes
-        table = pd.read_csv(layout.table(name))
+        table = with_human_rates(pd.read_csv(layout.table(name)))
         shown = ["runtime", *axes, *STATS, *getattr(analysis, "EXTRA_COLUMNS", [])]
         seed_rows = getattr(analysis, "SEED_ROWS", [])
         claims = analysis.claims(table)
@@ -146,7 +236,8 @@ def build(root: Path, experiment_names: list[str], cv_threshold: float) -> dict[
             "skipped": [s for s in skipped if s["experiment"] == name],
         })
     return {"machine": machine, "sections": sections, "claims": _claims_frame(all_claims),
-            "git": _git(), "host": root.name, "cv_threshold": cv_threshold,
+            "claim_list": all_claims, "git": _git(), "host": root.name,
+            "cv_threshold": cv_threshold,
             "provenance": provenance(layout, sections)}
 
 
@@ -181,7 +272,12 @@ def render_md(data: dict[str, Any]) -> str:
            f"{m['cpu_model']}, {m['cpus_logical']} logical CPUs ({m['cpus_physical']} physical), "
            f"{m['memory_bytes'] / 2**30:.1f} GiB, Linux {m['kernel']}, Python {m['python']}. "
            f"Commit {data['git']['commit'][:12]} (dirty: {data['git']['dirty']}).\n",
-           "## Claims\n", md_table(data["claims"])]
+           "## Claims\n", f"Verdicts: {verdict_counts(data['claims'])}. A verdict is decided by "
+           "the 95 % interval of the compared quantity: reproduced or not reproduced only when "
+           "the whole interval lies on one side of the threshold.\n",
+           f"![every claim against its threshold]({data['claims_figure'].name})\n"
+           if data.get("claims_figure") else "",
+           md_table(data["claims"][CLAIM_COLUMNS])]
     for sec in data["sections"]:
         out += [f"## {sec['name']}\n", sec["doc"] + "\n", "Grid: " + "; ".join(
             f"{k} = {', '.join(map(str, v))}" for k, v in sec["grid"].items()) + "\n"]
@@ -233,7 +329,12 @@ def render_html(data: dict[str, Any]) -> str:
         f"physical), {m['memory_bytes'] / 2**30:.1f} GiB, Linux {esc(m['kernel'])}, Python "
         f"{esc(m['python'])}. Commit <code>{esc(data['git']['commit'][:12])}</code> "
         f"(dirty: {data['git']['dirty']}).</p>",
-        "<h2>Claims</h2><table><tr><th>experiment</th><th>hypothesis</th><th>criterion</th>"
+        "<h2>Claims</h2>",
+        f"<p>Verdicts: {esc(verdict_counts(data['claims']))}. A verdict is decided by the 95 % "
+        "interval of the compared quantity: reproduced or not reproduced only when the whole "
+        "interval lies on one side of the threshold.</p>",
+        _img(data["claims_figure"]) if data.get("claims_figure") else "",
+        "<table><tr><th>experiment</th><th>hypothesis</th><th>criterion</th>"
         "<th>measured</th><th>verdict</th><th>runtime</th><th>reason</th></tr>",
         *rows, "</table>",
     ]
@@ -266,6 +367,7 @@ def render_html(data: dict[str, Any]) -> str:
 def main(root: Path, experiment_names: list[str], html_path: str, md_path: str,
          cv_threshold: float, testfile_facts: str = "") -> None:
     data = build(root, experiment_names, cv_threshold)
+    data["claims_figure"] = claims_figure(data["claim_list"], Layout(root).claims_figure)
     if testfile_facts not in ("", "none") and Path(testfile_facts).exists():
         facts = json.loads(Path(testfile_facts).read_text())
         data["provenance"]["test_file"] = (

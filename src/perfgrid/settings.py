@@ -78,9 +78,21 @@ def _outside_sources(path: str, key: str) -> None:
             )
 
 
-def measure_args(cfg: dict[str, Any], experiment: str) -> list[str]:
-    """pyperf command-line options for an experiment's repetitions."""
-    measure = cfg[experiment]["measure"]
+def measure_of(cfg: dict[str, Any], experiment: str,
+               point: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The repetitions of one point: ``measure``, with ``measure.claims`` over it where a
+    claim compares the point."""
+    measure = dict(cfg[experiment]["measure"])
+    claims = measure.pop("claims", None) or {}
+    if point is not None and experiments.get(experiment).used_by_claims(point):
+        measure.update(claims)
+    return measure
+
+
+def measure_args(cfg: dict[str, Any], experiment: str,
+                 point: dict[str, Any] | None = None) -> list[str]:
+    """pyperf command-line options for one point's repetitions."""
+    measure = measure_of(cfg, experiment, point)
     args = []
     for key in MEASURE_KEYS:
         value = measure.get(key)

@@ -82,7 +82,8 @@ def bench_params(experiment):
         words = []
         for axis in exp.axes:
             words += ["--point", f"{axis}={wildcards[axis]}"]
-        words += settings.measure_args(SETTINGS, experiment)
+        point = exp.parse_point({a: wildcards[a] for a in exp.axes})
+        words += settings.measure_args(SETTINGS, experiment, point)
         words += ["--lock", str(LAYOUT.bench_lock)]
         words += ["--busy-share", str(SETTINGS["noise"]["busy_share"]), "--verbose"]
         return shlex.join(words)

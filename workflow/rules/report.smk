@@ -4,7 +4,7 @@
 rule table:
     input:
         results=lambda w: runnable(w.experiment),
-        code=f"{SRC}/aggregate.py",
+        code=[f"{SRC}/aggregate.py", f"{SRC}/stats.py"],
     output:
         report(
             LAYOUT.table("{experiment}"),
@@ -49,10 +49,12 @@ rule report:
         machine=LAYOUT.machine,
         skipped=LAYOUT.skipped,
         used_config=LAYOUT.used_config,
-        code=f"{SRC}/report.py",
+        code=[f"{SRC}/report.py", f"{SRC}/stats.py", f"{SRC}/analysis/__init__.py"]
+        + [f"{SRC}/analysis/{e}.py" for e in SETTINGS["experiments"]],
     output:
         html=report(LAYOUT.report_html, caption="../report/report.rst", category="report"),
         md=LAYOUT.report_md,
+        claims=LAYOUT.claims_figure,
     log:
         LAYOUT.log("report.log"),
     params:

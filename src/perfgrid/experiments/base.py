@@ -61,9 +61,24 @@ class Experiment:
     reference_axes: ClassVar[tuple[str, ...]] = ()
     fallback_axes: ClassVar[tuple[str, ...]] = ()
 
+    #: the points the claims compare, as partial points (an axis -> a value or a list
+    #: of values): they get the ``measure.claims`` repetitions, enough for an interval
+    claim_points: ClassVar[tuple[dict[str, Any], ...]] = ()
+
     def points(self, section: dict[str, Any], config: dict[str, Any]) -> list[Point]:
         """The grid points of this experiment for its (validated) config section."""
         raise NotImplementedError
+
+    def used_by_claims(self, point: Point) -> bool:
+        """Whether a claim compares ``point`` (so it needs an interval)."""
+        def matches(pattern: dict[str, Any]) -> bool:
+            for axis, wanted in pattern.items():
+                allowed = wanted if isinstance(wanted, list | tuple) else [wanted]
+                if point.get(axis) not in allowed:
+                    return False
+            return True
+
+        return any(matches(p) for p in self.claim_points)
 
     #: variants run by a native program or by the Erlang VM; the rest are Python
     native_variants: ClassVar[tuple[str, ...]] = ()

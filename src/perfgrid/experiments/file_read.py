@@ -201,6 +201,13 @@ class FileRead(Experiment):
     reference_variants = ("dd",)
     reference_axes = ("cache", "block_size")
     fallback_axes = ("cache",)
+    #: perfgrid.analysis.file_read's claims: single readers at 1 KiB and 1 MiB, and the
+    #: parallel readers (the best of them is compared), all warm
+    claim_points = (
+        {"variant": ["dd", "read", "readinto", "readinto_unaligned", "erlang_read"],
+         "block_size": [1024, 1 << 20], "cache": "warm"},
+        {"variant": ["pread_parallel", "erlang_pread_parallel"], "cache": "warm"},
+    )
 
     def points(self, section: dict[str, Any], config: dict[str, Any]) -> list[Point]:
         """Single readers by block size, ``whole`` once, parallel readers by block
