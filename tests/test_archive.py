@@ -10,6 +10,8 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -17,6 +19,8 @@ import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
+import pandas as pd
+import pyperf
 import pytest
 
 from perfgrid import archive
@@ -302,3 +306,60 @@ def test_the_size_and_member_caps_refuse_with_a_clear_message(tmp_path, monkeypa
     with pytest.raises(archive.ArchiveError, match=expected):
         archive.extract(path, tmp_path / "dest")
     assert not (tmp_path / "dest").exists() and leftovers(tmp_path, path) == []
+
+
+# compare: never reads an archive that fails verify, nor a file outside its inputs
+
+AXES = {"variant": "read", "cache": "warm", "binding": "none", "workers": 1,
+        "block_size": 65536}
+
+
+def result_folder(root: Path, result_file: str) -> Path:
+    """``results/<host>`` with a file_read table of one row whose result is ``result_file``."""
+    (root / "tables").mkdir(parents=True)
+    raw = root / "raw/file_read/variant=read.json"
+    raw.parent.mkdir(parents=True)
+    bench = pyperf.Benchmark([pyperf.Run([1.0, 1.1], metadata={"name": "x"},
+                                         collect_metadata=False)])
+    bench.dump(str(raw))
+    pd.DataFrame([{**AXES, "runtime": "python", "rate": 1.0, "rate_unit": "bytes/s",
+                   "cv": 0.05, "result_file": result_file}]).to_csv(
+        root / "tables/file_read.csv", index=False)
+    return root
+
+
+def test_compare_refuses_an_archive_that_fails_verify(tmp_path):
+    from perfgrid import compare
+
+    a = result_folder(tmp_path / "a", "results/a/raw/file_read/variant=read.json")
+    bad = write(tmp_path / "b.tar.gz", replaced(TABLE, special(
+        f"{TOP}/{TABLE}", tarfile.SYMTYPE, str(a / "tables/file_read.csv"))))
+    with pytest.raises(ValueError, match=f"symlink.*{TABLE}"):
+        compare.compare(str(a), str(bad), tmp_path / "out")
+    assert not (tmp_path / "out" / "compare.md").exists()
+    done = cli("compare", str(a), str(bad), "--out", str(tmp_path / "out"))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert len(done.stderr.splitlines()) == 1 and "symlink" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("recorded", [
+    "{outside}",                           # absolute, elsewhere
+    "../outside.json",                     # relative to where compare runs
+    "results/b/raw/../../outside.json",    # under raw/, then out of it
+    "/etc/passwd",
+])
+def test_compare_never_opens_a_result_file_outside_its_inputs(tmp_path, monkeypatch,
+                                                              recorded):
+    from perfgrid import compare
+
+    a = result_folder(tmp_path / "a", "results/a/raw/file_read/variant=read.json")
+    outside = tmp_path / "outside.json"  # valid pyperf JSON: only the path is wrong
+    shutil.copy(a / "raw/file_read/variant=read.json", outside)
+    recorded = recorded.format(outside=outside)
+    b = result_folder(tmp_path / "b", recorded)
+    monkeypatch.chdir(b)
+    with pytest.raises(ValueError, match="result_file") as refused:
+        compare.compare(str(a), str(b), tmp_path / "out")
+    assert recorded in str(refused.value)
+    assert not (tmp_path / "out" / "compare.md").exists()
+    assert os.path.exists(outside)
