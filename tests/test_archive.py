@@ -363,3 +363,20 @@ def test_compare_never_opens_a_result_file_outside_its_inputs(tmp_path, monkeypa
     assert recorded in str(refused.value)
     assert not (tmp_path / "out" / "compare.md").exists()
     assert os.path.exists(outside)
+
+
+def test_create_writes_what_verify_accepts_even_with_links(tmp_path):
+    """A result set with hardlinked and symlinked files archives as plain file contents."""
+    root = tmp_path / "results" / "h"
+    (root / "raw").mkdir(parents=True)
+    (root / "tables").mkdir()
+    (root / "raw/a.json").write_text('{"a": 1}\n')
+    os.link(root / "raw/a.json", root / "raw/b.json")
+    (root / "tables/latest.json").symlink_to(root / "raw/a.json")
+    made = archive.create(root, tmp_path / "out" / "perfgrid-h-test.tar.gz")
+    assert archive.verify(made) == []
+    top = archive.extract(made, tmp_path / "x")
+    for name in ("raw/a.json", "raw/b.json", "tables/latest.json"):
+        path = top / "results/h" / name
+        assert path.is_file() and not path.is_symlink() and path.stat().st_nlink == 1
+        assert path.read_text() == '{"a": 1}\n'

@@ -113,7 +113,8 @@ def create(results_root: Path, output: Path) -> Path:
         folders = [path for path in [results_root, *sorted(results_root.rglob("*"))]
                    if path.is_dir() and not any(part.startswith(".") for part in
                                                 path.relative_to(results_root).parts)]
-        with tarfile.open(tmp, "w:gz") as tar:
+        # dereference: file contents, never symlink or hardlink members, which verify refuses
+        with tarfile.open(tmp, "w:gz", dereference=True) as tar:
             for path in folders:
                 name = f"results/{host}/{path.relative_to(results_root)}".removesuffix("/.")
                 tar.add(path, arcname=f"{top}/{name}", recursive=False)
