@@ -38,9 +38,9 @@ MTIME = 1_700_000_000
 Member = tuple[tarfile.TarInfo, bytes | None]
 
 
-def regular(name: str, data: bytes, mode: int = 0o644) -> Member:
+def regular(name: str, data: bytes, mtime: float = MTIME) -> Member:
     info = tarfile.TarInfo(name)
-    info.size, info.mtime, info.mode = len(data), MTIME, mode
+    info.size, info.mtime, info.mode = len(data), mtime, 0o644
     return info, data
 
 
@@ -140,6 +140,11 @@ HOSTILE: dict[str, tuple[Callable[[Path], object], str]] = {
             + gzip.decompress(write(p.parent / "evil.src", [
                 regular(f"{TOP}/{TABLE}", altered(FILES[TABLE]))]).read_bytes()))),
         "data after the end of the archive"),
+    "mtime no file system can hold": (
+        lambda p: write(p, [*good_members()[:-1],
+                            regular(f"{TOP}/results/h/late.csv", b"x\n", mtime=1e300),
+                            manifest({**FILES, "results/h/late.csv": b"x\n"})]),
+        f"out of range: {TOP}/results/h/late.csv"),
     "empty file": (lambda p: p.write_bytes(b""), "not a readable .tar.gz"),
     "not gzip (a plain tar)": (
         lambda p: write(p, good_members(), mode="w"), "not a readable .tar.gz"),

@@ -143,6 +143,7 @@ MAX_MEMBERS = 200_000  # tarfile keeps one header object per member in memory
 MAX_MANIFEST = 64 << 20  # the manifest is the one member read whole
 MAX_HEADER = 1 << 20  # pax and GNU long-name headers, which tarfile reads whole
 CHUNK = 1 << 20
+MAX_MTIME = 1 << 40  # year 36812: any later mtime is made up, and utime may overflow
 
 
 class _BoundedTarInfo(tarfile.TarInfo):
@@ -244,6 +245,11 @@ def _walk(archive: Path, into: Path | None = None) -> tuple[list[str], str | Non
                     continue
                 if (why := _member_problem(member)) is not None:
                     problems.append(why)
+                    continue
+                if not 0 <= member.mtime < MAX_MTIME or member.size < 0:
+                    # extract could not set it (utime overflows): refused by verify too
+                    problems.append(f"mtime {member.mtime!r} or size {member.size} out of "
+                                    f"range: {member.name}")
                     continue
                 if top is None:
                     top = path.parts[0]
