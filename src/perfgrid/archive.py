@@ -13,12 +13,16 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
-from collections.abc import Iterable
+import zlib
+from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
+from typing import IO, Any
 
 from perfgrid.paths import REPO
 
@@ -109,7 +113,8 @@ def create(results_root: Path, output: Path) -> Path:
         folders = [path for path in [results_root, *sorted(results_root.rglob("*"))]
                    if path.is_dir() and not any(part.startswith(".") for part in
                                                 path.relative_to(results_root).parts)]
-        with tarfile.open(tmp, "w:gz") as tar:
+        # dereference: file contents, never symlink or hardlink members, which verify refuses
+        with tarfile.open(tmp, "w:gz", dereference=True) as tar:
             for path in folders:
                 name = f"results/{host}/{path.relative_to(results_root)}".removesuffix("/.")
                 tar.add(path, arcname=f"{top}/{name}", recursive=False)
@@ -124,53 +129,246 @@ def create(results_root: Path, output: Path) -> Path:
     return output
 
 
-def _safe_name(name: str) -> PurePosixPath:
-    path = PurePosixPath(name)
-    if path.is_absolute() or ".." in path.parts:
-        raise ValueError(f"archive member {name!r} would land outside the target folder")
-    return path
+class ArchiveError(ValueError):
+    """An archive refused: one line that names what is wrong."""
 
 
-def verify(archive: Path) -> list[str]:
-    """Problems found checking ``archive`` against its manifest (empty: intact)."""
+class _Refused(Exception):
+    """Stops the walk at once: reading further would be unsafe or pointless."""
+
+
+#: what a walk accepts before it stops: an archive is refused rather than read past these
+MAX_BYTES = 32 << 30  # total size of the regular files (a compressed bomb ends here)
+MAX_MEMBERS = 200_000  # tarfile keeps one header object per member in memory
+MAX_MANIFEST = 64 << 20  # the manifest is the one member read whole
+MAX_HEADER = 1 << 20  # pax and GNU long-name headers, which tarfile reads whole
+CHUNK = 1 << 20
+MAX_MTIME = 1 << 40  # year 36812: any later mtime is made up, and utime may overflow
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """Refuses extended headers so large that tarfile would read them whole into memory."""
+
+    def _proc_member(self, tar: tarfile.TarFile) -> tarfile.TarInfo:
+        if self.type in (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE,
+                         tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE) and self.size > MAX_HEADER:
+            raise _Refused(f"extended header of {self.size} bytes (over {MAX_HEADER}): "
+                           f"{self.name}")
+        return super()._proc_member(tar)
+
+
+_KINDS = {tarfile.SYMTYPE: "symlink", tarfile.LNKTYPE: "hardlink", tarfile.FIFOTYPE: "FIFO",
+          tarfile.CHRTYPE: "character device", tarfile.BLKTYPE: "block device",
+          tarfile.GNUTYPE_SPARSE: "sparse file"}
+
+
+def _member_problem(member: tarfile.TarInfo) -> str | None:
+    """Why this member cannot be extracted as it is hashed, or None."""
+    if member.isdir() or (member.isfile() and not member.issparse()):
+        return None
+    kind = _KINDS.get(member.type, f"member of type {member.type!r}")
+    target = f" -> {member.linkname}" if member.issym() or member.islnk() else ""
+    return f"{kind}, not a regular file or folder: {member.name}{target}"
+
+
+def _parse_manifest(data: bytes) -> tuple[dict[str, str], list[str]]:
+    """Name -> SHA-256 from ``MANIFEST.sha256``, and what is malformed in it."""
+    manifest: dict[str, str] = {}
+    problems: list[str] = []
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        return manifest, [f"{MANIFEST} is not UTF-8"]
+    for number, line in enumerate(text.splitlines(), 1):
+        digest, sep, name = line.partition("  ")
+        if not sep or not name or len(digest) != 64:
+            problems.append(f"{MANIFEST} line {number} malformed: {line[:80]!r}")
+        elif name in manifest:
+            problems.append(f"{MANIFEST} lists twice: {name}")
+        else:
+            manifest[name] = digest
+    return manifest, problems
+
+
+def _hashed(handle: IO[bytes], digest: Any, keep: list[bytes] | None) -> Iterator[bytes]:
+    """A member's data in chunks, hashed on the way: never held whole (a bomb stays small)."""
+    while chunk := handle.read(CHUNK):
+        digest.update(chunk)
+        if keep is not None:
+            keep.append(chunk)
+        yield chunk
+
+
+def _write(path: Path, chunks: Iterable[bytes], member: tarfile.TarInfo) -> None:
+    """One checked regular file of the copy, mode (no setuid, no group write) and mtime kept."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        with open(os.open(path, flags, 0o600), "wb") as out:
+            for chunk in chunks:
+                out.write(chunk)
+        os.chmod(path, (member.mode & 0o755) | 0o600)
+        os.utime(path, (member.mtime, member.mtime))
+    except OSError as err:  # disk full, say: the copy is unusable, not the archive
+        raise _Refused(f"cannot write {path}: {err}") from err
+
+
+def _walk(archive: Path, into: Path | None = None) -> tuple[list[str], str | None]:
+    """Check every member of ``archive`` in one streaming pass; the problems and the top folder.
+
+    The one check behind both ``verify`` and ``extract``, so that they cannot disagree:
+    only regular files and folders, safe names, one top folder, no duplicates, every
+    file listed in the manifest with its hash and every listed file present. With
+    ``into`` (an empty folder) the checked files and folders are written there as they
+    are hashed, modes and mtimes kept; the caller throws it away when problems are found.
+    """
     problems: list[str] = []
     hashes: dict[str, str] = {}
     manifest: dict[str, str] | None = None
-    with tarfile.open(archive, "r:gz") as tar:
-        for member in tar:
-            _safe_name(member.name)
-            if not member.isfile():
-                continue
-            relative = "/".join(PurePosixPath(member.name).parts[1:])
-            data = tar.extractfile(member).read()
-            if relative == MANIFEST:
-                manifest = {}
-                for line in data.decode().splitlines():
-                    digest, _, name = line.partition("  ")
-                    manifest[name] = digest
-            else:
-                hashes[relative] = _sha256(data)
+    top: str | None = None
+    seen: set[str] = set()
+    files: set[str] = set()
+    folders: set[str] = set()
+    times: list[tuple[Path, int, float]] = []  # folders: set last, writing files changes them
+    total = members = 0
+    try:
+        with tarfile.open(archive, "r:gz", tarinfo=_BoundedTarInfo) as tar:
+            while (member := tar.next()) is not None:
+                members += 1
+                if members > MAX_MEMBERS:
+                    raise _Refused(f"more than {MAX_MEMBERS} members")
+                path = PurePosixPath(member.name)
+                name = str(path)
+                if path.is_absolute() or ".." in path.parts or name == ".":
+                    problems.append(f"unsafe path, would land outside the target folder: "
+                                    f"{member.name}")
+                    continue
+                if (why := _member_problem(member)) is not None:
+                    problems.append(why)
+                    continue
+                if not 0 <= member.mtime < MAX_MTIME or member.size < 0:
+                    # extract could not set it (utime overflows): refused by verify too
+                    problems.append(f"mtime {member.mtime!r} or size {member.size} out of "
+                                    f"range: {member.name}")
+                    continue
+                if top is None:
+                    top = path.parts[0]
+                if path.parts[0] != top:
+                    problems.append(f"second top folder {path.parts[0]!r} (first {top!r}): "
+                                    f"{member.name}")
+                    continue
+                if name in seen:
+                    problems.append(f"duplicate member: {member.name}")
+                    continue
+                seen.add(name)
+                parents = [str(p) for p in path.parents][:-1]  # without "."
+                if any(p in files for p in parents) or (member.isdir() and name in files) \
+                        or (member.isfile() and name in folders):
+                    problems.append(f"both a file and a folder: {member.name}")
+                    continue
+                folders.update(parents)
+                if member.isdir():
+                    folders.add(name)
+                    if into is not None:
+                        try:
+                            (into / name).mkdir(parents=True, exist_ok=True)
+                        except OSError as err:
+                            raise _Refused(f"cannot write {into / name}: {err}") from err
+                        times.append((into / name, (member.mode & 0o755) | 0o700, member.mtime))
+                    continue
+                files.add(name)
+                if len(path.parts) < 2:
+                    problems.append(f"file outside any top folder: {member.name}")
+                    continue
+                total += member.size
+                if total > MAX_BYTES:
+                    raise _Refused(f"files add up to more than {MAX_BYTES} bytes at: "
+                                   f"{member.name} ({member.size} bytes)")
+                relative = "/".join(path.parts[1:])
+                if relative == MANIFEST and member.size > MAX_MANIFEST:
+                    raise _Refused(f"{MANIFEST} of {member.size} bytes: {member.name}")
+                handle = tar.extractfile(member)
+                assert handle is not None  # a regular file always has a reader
+                digest = hashlib.sha256()
+                kept: list[bytes] = []
+                stream = _hashed(handle, digest, kept if relative == MANIFEST else None)
+                if into is None:
+                    for _ in stream:
+                        pass
+                else:
+                    _write(into / name, stream, member)
+                if relative == MANIFEST:
+                    manifest, malformed = _parse_manifest(b"".join(kept))
+                    problems += malformed
+                else:
+                    hashes[relative] = digest.hexdigest()
+            # the rest of the stream: the gzip checksum, and nothing hidden after the end
+            tail = 0
+            while chunk := tar.fileobj.read(CHUNK):
+                tail += len(chunk)
+                if chunk.strip(b"\0"):
+                    raise _Refused("data after the end of the archive")
+                if tail > MAX_BYTES:
+                    raise _Refused(f"more than {MAX_BYTES} bytes after the end of the archive")
+    except _Refused as err:
+        return [*problems, f"refused: {err}"], top
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as err:
+        return [*problems, f"not a readable .tar.gz: {str(err) or type(err).__name__}"], top
+    if top is None:
+        return [*problems, "empty archive: no members"], top
     if manifest is None:
-        return [f"{archive}: no {MANIFEST}"]
+        return [*problems, f"no {MANIFEST} in {top}/"], top
     for name, digest in sorted(manifest.items()):
         if name not in hashes:
             problems.append(f"missing: {name}")
         elif hashes[name] != digest:
             problems.append(f"changed: {name}")
     problems += [f"not in manifest: {name}" for name in sorted(set(hashes) - set(manifest))]
-    return problems
+    if into is not None and not problems:
+        for folder, mode, mtime in sorted(times, reverse=True):  # deepest first
+            os.chmod(folder, mode)
+            os.utime(folder, (mtime, mtime))
+    return problems, top
+
+
+def verify(archive: Path) -> list[str]:
+    """Problems found checking ``archive`` against its manifest (empty: intact).
+
+    Exactly what ``extract`` checks, so an archive that verifies extracts to the
+    data its manifest names, and one that does not is refused by both.
+    """
+    return _walk(Path(archive))[0]
 
 
 def extract(archive: Path, target: Path) -> Path:
-    """Extract into ``target`` (never outside it); return the top folder."""
-    target.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(archive, "r:gz") as tar:
-        members = tar.getmembers()
-        for member in members:
-            _safe_name(member.name)
-        tar.extractall(target, members=members, filter="data")
-    tops = {PurePosixPath(m.name).parts[0] for m in members}
-    return target / sorted(tops)[0]
+    """Extract into ``target`` (never outside it) after checking it; return the top folder.
+
+    Written into a temporary folder beside the destination and renamed into place,
+    so a refused archive (``ArchiveError``, the same problems as ``verify``) leaves
+    nothing behind. ``target`` may exist (the top folder goes inside it) or not.
+    """
+    archive, target = Path(archive), Path(target)
+    if target.exists() and not target.is_dir():
+        raise ArchiveError(f"{target} exists and is not a folder")
+    beside = target if target.is_dir() else target.parent
+    beside.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.extract-", dir=beside))
+    try:
+        problems, top = _walk(archive, tmp)
+        if problems or top is None:
+            more = f" (and {len(problems) - 1} more; see perfgrid verify)" \
+                if len(problems) > 1 else ""
+            raise ArchiveError(f"{archive}: refused, nothing extracted: {problems[0]}{more}")
+        if beside == target:
+            if (target / top).exists():
+                raise ArchiveError(f"{target / top} already exists")
+            os.rename(tmp / top, target / top)
+        else:
+            os.chmod(tmp, 0o755)
+            os.rename(tmp, target)
+        return target / top
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main_verify(paths: Iterable[str]) -> int:

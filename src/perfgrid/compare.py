@@ -21,7 +21,7 @@ Benjamini-Hochberg (``scipy.stats.false_discovery_control``): a point is
 from __future__ import annotations
 
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import matplotlib
@@ -40,13 +40,19 @@ from perfgrid.report import md_table  # noqa: E402
 
 
 def resolve(source: str, scratch: Path) -> Path:
-    """A result folder (``results/<host>``) from a folder or an archive."""
+    """A result folder (``results/<host>``) from a folder or an archive.
+
+    An archive is read only through ``archive.extract``, which checks every member
+    against the manifest first: one that fails ``perfgrid verify`` is refused here.
+    """
     path = Path(source)
     if path.is_file() and path.name.endswith(".tar.gz"):
         top = archive.extract(path, scratch / path.name.removesuffix(".tar.gz"))
-        hosts = [p for p in (top / "results").iterdir() if p.is_dir()]
+        results = top / "results"
+        hosts = [p for p in results.iterdir() if p.is_dir()] if results.is_dir() else []
         if len(hosts) != 1:
-            raise ValueError(f"{source}: expected one host under results/, found {hosts}")
+            raise ValueError(f"{source}: expected one host under results/, "
+                             f"found {[h.name for h in hosts]}")
         return hosts[0]
     if not (path / "tables").is_dir():
         raise ValueError(f"{source}: not a result folder (no tables/ inside)")
@@ -139,10 +145,20 @@ def verdict_changes(a: Path, b: Path, names: list[str]) -> pd.DataFrame:
                                        "measured_a", "verdict_b", "measured_b"])
 
 
-def _local(root: Path, recorded: str) -> str:
-    """A result file recorded in a table, found inside this result folder."""
+def _local(root: Path, recorded: Any) -> str:
+    """A result file recorded in a table, found inside this result folder's ``raw/``.
+
+    Tables record paths as the run saw them; only the part after ``raw/`` is kept, and
+    one that would leave the folder (absolute, ``..``, no ``raw/``) is an error, so a
+    table cannot make ``compare`` read files that are not part of its inputs.
+    """
     marker = "/raw/"
-    return str(root / "raw" / recorded.split(marker, 1)[1]) if marker in recorded else recorded
+    if isinstance(recorded, str) and marker in f"/{recorded}":
+        inside = PurePosixPath(f"/{recorded}".rsplit(marker, 1)[1])
+        if inside.parts and not inside.is_absolute() and ".." not in inside.parts:
+            return str(root / "raw" / inside)
+    raise ValueError(f"{root}: result_file {recorded!r} in a table points outside "
+                     f"{root / 'raw'}")
 
 
 def compare(a_src: str, b_src: str, out_dir: Path) -> dict[str, Any]:

@@ -1,0 +1,387 @@
+"""Hostile archives: whatever ``verify`` passes, ``extract`` writes, and nothing else.
+
+Every archive here is built with tarfile in tmp_path. Each hostile one must fail
+``verify`` with the offending member named, be refused by ``extract`` in one line
+with nothing left behind, and do the same through the ``perfgrid`` command line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+import pyperf
+import pytest
+
+from perfgrid import archive
+
+TOP = "perfgrid-h-20260101-abc"
+FILES = {
+    "Snakefile": b"include: 'workflow/rules/common.smk'\n",
+    "results/h/tables/file_read.csv": b"variant,rate\nread,1.5\n",
+    "results/h/raw/file_read/variant=read.json": b'{"benchmarks": []}\n',
+    "GIT": b"commit abc\ndirty no\n",
+}
+TABLE = "results/h/tables/file_read.csv"
+MTIME = 1_700_000_000
+
+Member = tuple[tarfile.TarInfo, bytes | None]
+
+
+def regular(name: str, data: bytes, mtime: float = MTIME) -> Member:
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode = len(data), mtime, 0o644
+    return info, data
+
+
+def special(name: str, kind: bytes, linkname: str = "") -> Member:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.mtime = kind, linkname, MTIME
+    return info, None
+
+
+def folder(name: str) -> Member:
+    return special(name, tarfile.DIRTYPE)
+
+
+def manifest(files: dict[str, bytes], top: str = TOP) -> Member:
+    lines = "".join(f"{hashlib.sha256(d).hexdigest()}  {n}\n" for n, d in files.items())
+    return regular(f"{top}/{archive.MANIFEST}", lines.encode())
+
+
+def good_members(files: dict[str, bytes] = FILES) -> list[Member]:
+    return [folder(f"{TOP}/results/h"),
+            *(regular(f"{TOP}/{n}", d) for n, d in files.items()), manifest(files)]
+
+
+def write(path: Path, members: list[Member], mode: str = "w:gz") -> Path:
+    with tarfile.open(path, mode, format=tarfile.PAX_FORMAT) as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return path
+
+
+def replaced(name: str, by: Member) -> list[Member]:
+    """The good archive with member ``TOP/name`` swapped for ``by``; manifest unchanged."""
+    return [by if info.name == f"{TOP}/{name}" else (info, data)
+            for info, data in good_members()]
+
+
+def altered(data: bytes) -> bytes:
+    return data[:-2] + bytes([data[-2] ^ 1]) + data[-1:]
+
+
+def good_bytes(tmp: Path) -> bytes:
+    return write(tmp / "good.src", good_members()).read_bytes()
+
+
+# name -> (builds the hostile archive at the path given, text the problem must contain)
+HOSTILE: dict[str, tuple[Callable[[Path], object], str]] = {
+    "symlink replacing a hashed file": (
+        lambda p: write(p, replaced(TABLE, special(f"{TOP}/{TABLE}", tarfile.SYMTYPE,
+                                                   "/etc/passwd"))),
+        f"symlink, not a regular file or folder: {TOP}/{TABLE}"),
+    "hardlink replacing a hashed file": (
+        lambda p: write(p, replaced(TABLE, special(f"{TOP}/{TABLE}", tarfile.LNKTYPE,
+                                                   f"{TOP}/Snakefile"))),
+        f"hardlink, not a regular file or folder: {TOP}/{TABLE}"),
+    "FIFO": (
+        lambda p: write(p, [*good_members(), special(f"{TOP}/results/h/pipe", tarfile.FIFOTYPE)]),
+        f"FIFO, not a regular file or folder: {TOP}/results/h/pipe"),
+    "character device": (
+        lambda p: write(p, [*good_members(), special(f"{TOP}/dev/null", tarfile.CHRTYPE)]),
+        f"character device, not a regular file or folder: {TOP}/dev/null"),
+    "block device": (
+        lambda p: write(p, [*good_members(), special(f"{TOP}/dev/sda", tarfile.BLKTYPE)]),
+        f"block device, not a regular file or folder: {TOP}/dev/sda"),
+    "member not in the manifest": (
+        lambda p: write(p, [*good_members(), regular(f"{TOP}/results/h/extra.csv", b"x\n")]),
+        "not in manifest: results/h/extra.csv"),
+    "manifest entry missing": (
+        lambda p: write(p, [m for m in good_members() if not m[0].name.endswith(TABLE)]),
+        f"missing: {TABLE}"),
+    "second top folder with altered copies": (
+        lambda p: write(p, [*good_members(), *(
+            regular(f"{TOP[:-1]}0/{n}", altered(d)) for n, d in FILES.items()),
+            manifest({n: altered(d) for n, d in FILES.items()}, top=f"{TOP[:-1]}0")]),
+        f"second top folder '{TOP[:-1]}0'"),
+    "no manifest": (
+        lambda p: write(p, good_members()[:-1]),
+        f"no {archive.MANIFEST}"),
+    "tampered byte": (
+        lambda p: write(p, replaced(TABLE, regular(f"{TOP}/{TABLE}", altered(FILES[TABLE])))),
+        f"changed: {TABLE}"),
+    "absolute path": (
+        lambda p: write(p, [*good_members(), regular("/tmp/perfgrid-evil.txt", b"x")]),
+        "unsafe path, would land outside the target folder: /tmp/perfgrid-evil.txt"),
+    "dot-dot path": (
+        lambda p: write(p, [*good_members(), regular(f"{TOP}/../../escaped.txt", b"x")]),
+        f"unsafe path, would land outside the target folder: {TOP}/../../escaped.txt"),
+    "duplicate member, altered copy first": (
+        lambda p: write(p, [regular(f"{TOP}/{TABLE}", altered(FILES[TABLE])),
+                            *good_members()]),
+        f"duplicate member: {TOP}/{TABLE}"),
+    "a file where a folder must be": (
+        lambda p: write(p, good_members({"results": b"x", **FILES})[1:]),
+        f"both a file and a folder: {TOP}/results/h/tables/file_read.csv"),
+    "a second archive hidden after the end": (
+        lambda p: p.write_bytes(gzip.compress(
+            gzip.decompress(good_bytes(p.parent))
+            + gzip.decompress(write(p.parent / "evil.src", [
+                regular(f"{TOP}/{TABLE}", altered(FILES[TABLE]))]).read_bytes()))),
+        "data after the end of the archive"),
+    "mtime no file system can hold": (
+        lambda p: write(p, [*good_members()[:-1],
+                            regular(f"{TOP}/results/h/late.csv", b"x\n", mtime=1e300),
+                            manifest({**FILES, "results/h/late.csv": b"x\n"})]),
+        f"out of range: {TOP}/results/h/late.csv"),
+    "empty file": (lambda p: p.write_bytes(b""), "not a readable .tar.gz"),
+    "not gzip (a plain tar)": (
+        lambda p: write(p, good_members(), mode="w"), "not a readable .tar.gz"),
+    "not gzip (text)": (
+        lambda p: p.write_text("this is not an archive\n"), "not a readable .tar.gz"),
+    "gzip of something that is not a tar": (
+        lambda p: p.write_bytes(gzip.compress(b"hello\n" * 100)), "not a readable .tar.gz"),
+    "truncated gzip (half)": (
+        lambda p: p.write_bytes(good_bytes(p.parent)[: len(good_bytes(p.parent)) // 2]),
+        "not a readable .tar.gz"),
+    "truncated gzip (checksum cut)": (
+        lambda p: p.write_bytes(good_bytes(p.parent)[:-4]), "not a readable .tar.gz"),
+    "garbage after the gzip stream": (
+        lambda p: p.write_bytes(good_bytes(p.parent) + b"garbage!" * 4),
+        "not a readable .tar.gz"),
+}
+
+
+def leftovers(folder: Path, archive_path: Path) -> list[str]:
+    """What exists in ``folder`` besides the archive and the builder's scratch files."""
+    return sorted(p.name for p in folder.iterdir()
+                  if p != archive_path and not p.name.endswith(".src"))
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "perfgrid.cli", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_good_archive_verifies_and_extracts_to_its_data(tmp_path):
+    path = write(tmp_path / "good.tar.gz", good_members())
+    assert archive.verify(path) == []
+    top = archive.extract(path, tmp_path / "out")
+    assert top == tmp_path / "out" / TOP
+    for name, data in FILES.items():
+        assert (top / name).read_bytes() == data
+        assert (top / name).stat().st_mtime == MTIME
+    assert (top / "results/h").stat().st_mtime == MTIME
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [TOP]
+    # into a folder that exists: the top folder goes inside it, nothing else
+    (tmp_path / "there").mkdir()
+    assert archive.extract(path, tmp_path / "there") == tmp_path / "there" / TOP
+    assert sorted(p.name for p in (tmp_path / "there").iterdir()) == [TOP]
+    with pytest.raises(archive.ArchiveError, match="already exists"):
+        archive.extract(path, tmp_path / "there")
+    done = cli("verify", str(path))
+    assert done.returncode == 0 and "OK" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_archive_fails_verify_and_extract(tmp_path, case):
+    build, expected = HOSTILE[case]
+    path = tmp_path / "hostile.tar.gz"
+    build(path)
+
+    problems = archive.verify(path)
+    assert problems, f"{case}: verify passed"
+    assert any(expected in p for p in problems), problems
+
+    dest = tmp_path / "dest"
+    with pytest.raises(archive.ArchiveError) as refused:
+        archive.extract(path, dest)
+    message = str(refused.value)
+    assert "\n" not in message and "refused" in message and expected in message
+    assert not dest.exists()
+    assert leftovers(tmp_path, path) == []
+    assert not Path("/tmp/perfgrid-evil.txt").exists()
+
+    done = cli("verify", str(path))
+    assert done.returncode == 1 and "FAILED" in done.stdout and expected in done.stdout
+    assert "Traceback" not in done.stderr, done.stderr
+    done = cli("extract", str(path), str(dest))
+    assert done.returncode == 1 and done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1 and expected in done.stderr, done.stderr
+    assert not dest.exists() and leftovers(tmp_path, path) == []
+
+
+def test_a_missing_archive_is_one_line_too(tmp_path):
+    for command in (["verify"], ["extract"]):
+        done = cli(*command, str(tmp_path / "absent.tar.gz"), *(
+            [str(tmp_path / "dest")] if command == ["extract"] else []))
+        assert done.returncode == 1 and "Traceback" not in done.stderr
+        assert "absent.tar.gz" in done.stdout + done.stderr
+    assert leftovers(tmp_path, tmp_path) == []
+
+
+class Zeros(io.RawIOBase):
+    """``size`` zero bytes, produced as read: the bomb never exists whole in the test."""
+
+    def __init__(self, size: int) -> None:
+        self.left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        n = min(len(buffer), self.left)
+        buffer[:n] = bytes(n)
+        self.left -= n
+        return n
+
+
+def test_a_gzip_bomb_is_hashed_in_bounded_memory(tmp_path):
+    size = 200 << 20
+    bomb = tmp_path / "bomb.tar.gz"
+    info = tarfile.TarInfo(f"{TOP}/results/h/bomb.bin")
+    info.size = size
+    files = {**FILES, "results/h/bomb.bin": b"not these bytes"}  # the manifest disagrees
+    with tarfile.open(bomb, "w:gz", compresslevel=6) as tar:
+        for member, data in good_members():
+            if member.name.endswith(archive.MANIFEST):
+                tar.addfile(info, io.BufferedReader(Zeros(size)))
+                member, data = manifest(files)
+            tar.addfile(member, io.BytesIO(data) if data is not None else None)
+    assert bomb.stat().st_size < size / 100
+
+    tracemalloc.start()
+    try:
+        problems = archive.verify(bomb)
+        _, verify_peak = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        with pytest.raises(archive.ArchiveError, match="changed: results/h/bomb.bin"):
+            archive.extract(bomb, tmp_path / "dest")
+        _, extract_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert problems == ["changed: results/h/bomb.bin"]
+    assert verify_peak < size / 20 and extract_peak < size / 20, (verify_peak, extract_peak)
+    assert not (tmp_path / "dest").exists() and leftovers(tmp_path, bomb) == []
+
+
+def test_a_huge_extended_header_is_refused_unread(tmp_path):
+    """A pax header tarfile would read whole into memory: refused from its declared size."""
+    size = 64 << 20
+    header = tarfile.TarInfo("././@PaxHeader")
+    header.type, header.size = tarfile.XHDTYPE, size
+    raw = header.tobuf(tarfile.USTAR_FORMAT)
+    path = tmp_path / "pax.tar.gz"
+    with gzip.open(path, "wb", compresslevel=1) as out:
+        out.write(raw)
+        for _ in range(size >> 20):
+            out.write(bytes(1 << 20))
+        out.write(bytes(1024))
+    tracemalloc.start()
+    try:
+        problems = archive.verify(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert any("extended header" in p for p in problems), problems
+    assert peak < size / 8, peak
+
+
+@pytest.mark.parametrize("limit, value, expected", [
+    ("MAX_BYTES", 30, "files add up to more than 30 bytes at: "),
+    ("MAX_MEMBERS", 3, "more than 3 members"),
+])
+def test_the_size_and_member_caps_refuse_with_a_clear_message(tmp_path, monkeypatch,
+                                                              limit, value, expected):
+    path = write(tmp_path / "big.tar.gz", good_members())
+    monkeypatch.setattr(archive, limit, value)
+    problems = archive.verify(path)
+    assert any(expected in p for p in problems), problems
+    with pytest.raises(archive.ArchiveError, match=expected):
+        archive.extract(path, tmp_path / "dest")
+    assert not (tmp_path / "dest").exists() and leftovers(tmp_path, path) == []
+
+
+# compare: never reads an archive that fails verify, nor a file outside its inputs
+
+AXES = {"variant": "read", "cache": "warm", "binding": "none", "workers": 1,
+        "block_size": 65536}
+
+
+def result_folder(root: Path, result_file: str) -> Path:
+    """``results/<host>`` with a file_read table of one row whose result is ``result_file``."""
+    (root / "tables").mkdir(parents=True)
+    raw = root / "raw/file_read/variant=read.json"
+    raw.parent.mkdir(parents=True)
+    bench = pyperf.Benchmark([pyperf.Run([1.0, 1.1], metadata={"name": "x"},
+                                         collect_metadata=False)])
+    bench.dump(str(raw))
+    pd.DataFrame([{**AXES, "runtime": "python", "rate": 1.0, "rate_unit": "bytes/s",
+                   "cv": 0.05, "result_file": result_file}]).to_csv(
+        root / "tables/file_read.csv", index=False)
+    return root
+
+
+def test_compare_refuses_an_archive_that_fails_verify(tmp_path):
+    from perfgrid import compare
+
+    a = result_folder(tmp_path / "a", "results/a/raw/file_read/variant=read.json")
+    bad = write(tmp_path / "b.tar.gz", replaced(TABLE, special(
+        f"{TOP}/{TABLE}", tarfile.SYMTYPE, str(a / "tables/file_read.csv"))))
+    with pytest.raises(ValueError, match=f"symlink.*{TABLE}"):
+        compare.compare(str(a), str(bad), tmp_path / "out")
+    assert not (tmp_path / "out" / "compare.md").exists()
+    done = cli("compare", str(a), str(bad), "--out", str(tmp_path / "out"))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert len(done.stderr.splitlines()) == 1 and "symlink" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("recorded", [
+    "{outside}",                           # absolute, elsewhere
+    "../outside.json",                     # relative to where compare runs
+    "results/b/raw/../../outside.json",    # under raw/, then out of it
+    "/etc/passwd",
+])
+def test_compare_never_opens_a_result_file_outside_its_inputs(tmp_path, monkeypatch,
+                                                              recorded):
+    from perfgrid import compare
+
+    a = result_folder(tmp_path / "a", "results/a/raw/file_read/variant=read.json")
+    outside = tmp_path / "outside.json"  # valid pyperf JSON: only the path is wrong
+    shutil.copy(a / "raw/file_read/variant=read.json", outside)
+    recorded = recorded.format(outside=outside)
+    b = result_folder(tmp_path / "b", recorded)
+    monkeypatch.chdir(b)
+    with pytest.raises(ValueError, match="result_file") as refused:
+        compare.compare(str(a), str(b), tmp_path / "out")
+    assert recorded in str(refused.value)
+    assert not (tmp_path / "out" / "compare.md").exists()
+    assert os.path.exists(outside)
+
+
+def test_create_writes_what_verify_accepts_even_with_links(tmp_path):
+    """A result set with hardlinked and symlinked files archives as plain file contents."""
+    root = tmp_path / "results" / "h"
+    (root / "raw").mkdir(parents=True)
+    (root / "tables").mkdir()
+    (root / "raw/a.json").write_text('{"a": 1}\n')
+    os.link(root / "raw/a.json", root / "raw/b.json")
+    (root / "tables/latest.json").symlink_to(root / "raw/a.json")
+    made = archive.create(root, tmp_path / "out" / "perfgrid-h-test.tar.gz")
+    assert archive.verify(made) == []
+    top = archive.extract(made, tmp_path / "x")
+    for name in ("raw/a.json", "raw/b.json", "tables/latest.json"):
+        path = top / "results/h" / name
+        assert path.is_file() and not path.is_symlink() and path.stat().st_nlink == 1
+        assert path.read_text() == '{"a": 1}\n'
