@@ -285,9 +285,8 @@ def ring_row(variant: str, bind: str, workers: int, rate: float, share: float, s
                "ratio_to_native": 1.0, "setup_s": 0.01,
                "rings": 1000 if workers == 1 or variant == "erlang" else 1,
                "ring_members": 100 if workers == 1 or variant == "erlang" else workers}
-    if one:
-        return {**single(rate, **columns), "process_metadata": shares(share, 1)}
-    return {**row(rate, seed=seed, **columns), "process_metadata": shares(share, seed=seed)}
+    measured = single(rate, **columns) if one else row(rate, seed=seed, **columns)
+    return {**measured, "process_metadata": shares(share, seed=seed)}
 
 
 def ring_table(erlang_rows: bool = True, **knobs) -> pd.DataFrame:
