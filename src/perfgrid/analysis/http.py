@@ -115,9 +115,11 @@ def _ratios(rows: pd.DataFrame, axis: str, num, den) -> list[tuple[dict, Estimat
 
 
 def _spread(ratios: list[Estimate]) -> str:
-    values = [r.value for r in ratios]
-    return (f"median {median_of(ratios).show(unit='x')} over {len(ratios)} point(s), "
-            f"range {min(values):.2f}-{max(values):.2f}")
+    values = [r.value for r in ratios if np.isfinite(r.value)]
+    missing = len(ratios) - len(values)
+    span = f"range {min(values):.2f}-{max(values):.2f}" if values else "no finite ratio"
+    return (f"median {median_of(ratios).show(unit='x')} over {len(ratios)} point(s), {span}"
+            + (f", {missing} NaN" if missing else ""))
 
 
 def _seed_rows_or_all(table: pd.DataFrame) -> tuple[pd.DataFrame, str]:

@@ -126,8 +126,8 @@ def _with_sys_share(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def _range(parts: list[Estimate]) -> str:
-    values = [p.value for p in parts]
-    return f"range {min(values):.0%}-{max(values):.0%}"
+    values = [p.value for p in parts if np.isfinite(p.value)]
+    return f"range {min(values):.0%}-{max(values):.0%}" if values else "no finite share"
 
 
 def _best(rows: pd.DataFrame) -> tuple[pd.Series, Estimate]:
@@ -175,7 +175,7 @@ def claims(table: pd.DataFrame) -> list[Claim]:
                 "rate with binding none")
         found = dict(_binding_ratios(table, variant, "single", "none")) if len(table) else {}
         if 2 in found:
-            others = [f"{w}w {r.show()}" for w, r in found.items() if w != 2]
+            others = [f"{w}w {r.show(unit='x')}" for w, r in found.items() if w != 2]
             out.append(judged(NAME, hyp, crit, found[2], ">=", BINDING_HELPS,
                               "single/none" + ("; other sizes " + ", ".join(others)
                                                if others else ""),
@@ -236,8 +236,8 @@ def claims(table: pd.DataFrame) -> list[Claim]:
         parts = [judged(NAME, hyp, crit, speed, ">=", FASTER),
                  judged(NAME, hyp, crit, sys_ratio, "<=", 0.5)]
         out.append(_all_of(parts, (
-            f"messages/s {speed.show()} the {int(thread['workers'])}-thread ring (best: "
-            f"{best['variant']}, {best['binding']}); sys share {sys_ratio.show()} the "
+            f"messages/s {speed.show(unit='x')} the {int(thread['workers'])}-thread ring (best: "
+            f"{best['variant']}, {best['binding']}); sys share {sys_ratio.show(unit='x')} the "
             f"thread ring's ({best_sys.value:.0%} vs {thread_sys.value:.0%})")))
     else:
         out.append(inconclusive(NAME, hyp, crit, "no asyncio/uvloop ring or no unbound "
