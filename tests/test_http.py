@@ -17,6 +17,7 @@ import psutil
 import pytest
 import yaml
 from snakemake.utils import validate
+from synthetic import row, single
 
 from perfgrid import binding, httpload, httpserver, settings
 from perfgrid.analysis import http as analysis
@@ -387,17 +388,143 @@ def verdicts(frame) -> list[str]:
     return [c.verdict for c in analysis.claims(frame)]
 
 
-def test_claims_follow_the_data():
-    good = table({("asyncio", "none", 1, 500): 4000, ("asyncio", "none", 2, 500): 6000,
-                  ("asyncio", "spread", 2, 500): 7000, ("asyncio", "none", 1, 1000): 1000,
-                  ("asyncio", "none", 2, 1000): 2000, ("asyncio", "spread", 2, 1000): 2500})
-    assert verdicts(good) == ["reproduced"] * 3
-    flat = table({("asyncio", "none", 1, 500): 4000, ("asyncio", "none", 2, 500): 4000,
-                  ("asyncio", "spread", 2, 500): 3000, ("asyncio", "none", 1, 1000): 3900,
-                  ("asyncio", "none", 2, 1000): 3900, ("asyncio", "spread", 2, 1000): 3000})
-    assert verdicts(flat) == ["not reproduced"] * 3
-    sparse = table({("asyncio", "none", 1, 10): 4000})
-    assert verdicts(sparse) == ["inconclusive"] * 3
+#: the knobs of :func:`grid`, each the ratio one claim compares, all reproduced
+GOOD = {"workers": 1.5, "binding": 1.2, "drop": 0.5}
+#: claim index, knob, threshold, and whether the claim asks for the ratio to be above
+CASES = [(0, "workers", analysis.MORE_WORKERS_HELP, True),
+         (1, "binding", analysis.HELPS, True),
+         (2, "drop", analysis.STEEP, False)]
+MISSING = [(0, {"workers": 1}, "no point measured with both 1 worker and more"),
+           (1, {"binding": "spread"}, "no bound and unbound rows"),
+           (2, {"concurrency": 1000}, "lacks concurrency 500 and 1000")]
+
+
+def grid(runtime="python", skip=None, nan=None, one=None, client="ab", **knobs):
+    """Synthetic rows of one runtime over binding x workers x concurrency, each rate the
+    product of the knobs that apply, so every ratio a claim takes is exactly its knob.
+    ``skip``: leave out the rows matching it; ``nan``/``one``: that row NaN / one value."""
+    k = {**GOOD, **knobs}
+    variant = "erlang" if runtime == "erlang" else "asyncio"
+    rows, seed = [], 0
+    for b in ("none", "spread"):
+        for w in (1, 2):
+            for c in (500, 1000):
+                seed += 1
+                point = {"binding": b, "workers": w, "concurrency": c}
+                if skip and all(point[a] == v for a, v in skip.items()):
+                    continue
+                rate = (1000.0 * (k["workers"] if w == 2 else 1)
+                        * (k["binding"] if b == "spread" else 1) * (k["drop"] if c == 1000 else 1))
+                columns = {"variant": variant, "runtime": runtime, "client": client,
+                           "keepalive": "off", **point, "server_cpus": 0.9,
+                           "client_cpus": 0.4, "ok": 100, "errors": 0, "non2xx": 0,
+                           "latency_p99_ms": 5.0}
+                if point == nan:
+                    rows.append(row(float("nan"), seed=seed, **columns))
+                elif point == one:
+                    rows.append(single(rate, **columns))
+                else:
+                    rows.append(row(rate, seed=seed + (100 if runtime == "erlang" else 0),
+                                    **columns))
+    return pd.DataFrame(rows)
+
+
+def both(erlang: dict | None = None, python: dict | None = None) -> pd.DataFrame:
+    """Python rows and Erlang rows, each with its own knobs (all reproduced by default)."""
+    return pd.concat([grid("python", **(python or {})), grid("erlang", **(erlang or {}))],
+                     ignore_index=True)
+
+
+def test_all_http_claims_reproduce_on_clear_data():
+    found = analysis.claims(both())
+    assert [c.verdict for c in found] == ["reproduced"] * 6
+    assert [c.runtime for c in found] == ["python"] * 3 + ["erlang"] * 3
+    assert all("[" in c.measured and "wholly" in c.reason for c in found)
+    assert all(c.ci_low < c.value < c.ci_high for c in found)
+    assert len(analysis.claims(grid("python"))) == 3
+
+
+@pytest.mark.parametrize("runtime", ["python", "erlang"])
+@pytest.mark.parametrize("level", [0.8, 1.0, 1.25], ids=["below", "at", "above"])
+@pytest.mark.parametrize("index, knob, threshold, above", CASES, ids=[k for _, k, _, _ in CASES])
+def test_http_claim_verdict_follows_its_interval(index, knob, threshold, above, level, runtime):
+    knobs = {knob: threshold * level}
+    found = analysis.claims(both(**{runtime: knobs}))
+    at = index + (3 if runtime == "erlang" else 0)
+    claim = found[at]
+    if level == 1.0:
+        expected, word = "inconclusive", "straddles"
+    elif (level > 1) == above:
+        expected, word = "reproduced", "wholly"
+    else:
+        expected, word = "not reproduced", "wholly on the other side"
+    assert claim.verdict == expected, (claim.measured, claim.reason)
+    assert word in claim.reason
+    assert claim.runtime == runtime
+    assert "[" in claim.measured and "no interval" not in claim.measured
+    assert claim.value == pytest.approx(threshold * level)
+    assert [c.verdict for i, c in enumerate(found) if i != at] == ["reproduced"] * 5
+
+
+@pytest.mark.parametrize("runtime", ["python", "erlang"])
+@pytest.mark.parametrize("index, skip, reason", MISSING, ids=[r[:20] for _, _, r in MISSING])
+def test_http_claim_without_its_data_is_inconclusive(index, skip, reason, runtime):
+    found = analysis.claims(both(**{runtime: {"skip": skip}}))
+    at = index + (3 if runtime == "erlang" else 0)
+    assert found[at].verdict == "inconclusive" and reason in found[at].reason
+    assert found[at].runtime == runtime
+    assert [c.verdict for i, c in enumerate(found) if i != at] == ["reproduced"] * 5
+
+
+@pytest.mark.parametrize("runtime", ["python", "erlang"])
+@pytest.mark.parametrize("how", ["nan", "one"])
+def test_http_nan_rate_or_one_value_is_inconclusive(how, runtime):
+    # every point of the grid is in a ratio of each claim: all three of its runtime's claims
+    found = analysis.claims(both(**{runtime: {how: {"binding": "none", "workers": 1,
+                                                    "concurrency": 500}}}))
+    mine = found[3:] if runtime == "erlang" else found[:3]
+    want = "no interval: one value" if how == "one" else "no estimate (missing or NaN rate)"
+    assert [c.verdict for c in mine] == ["inconclusive"] * 3
+    assert all(want in c.reason for c in mine), [c.reason for c in mine]
+    assert [c.verdict for c in found if c not in mine] == ["reproduced"] * 3
+
+
+@pytest.mark.parametrize("how", ["nan", "one"])
+def test_http_nan_or_one_value_at_one_worker_count_is_inconclusive(how):
+    """A 4-worker row at one point is only in the workers claim: that claim alone."""
+    frame = grid("python")
+    columns = {"variant": "asyncio", "runtime": "python", "client": "ab", "keepalive": "off",
+               "binding": "none", "workers": 4, "concurrency": 500}
+    extra = row(float("nan"), seed=77, **columns) if how == "nan" else single(3000.0, **columns)
+    found = analysis.claims(pd.concat([frame, pd.DataFrame([extra])], ignore_index=True))
+    assert found[0].verdict == "inconclusive"
+    assert ("no estimate" if how == "nan" else "no interval: one value") in found[0].reason
+    assert [c.verdict for c in found[1:]] == ["reproduced"] * 2
+
+
+def test_http_more_workers_takes_the_best_worker_count():
+    low = grid("python", workers=0.8)  # 2 workers: 0.8x the rate of 1 ...
+    four = [row(r / 0.8 * 1.5, seed=50 + i, **{**rec, "workers": 4})  # ... 4 workers: 1.5x
+            for i, (r, rec) in enumerate(zip(
+                low["rate"], low.drop(columns=["rate", "work_per_loop", "process_values",
+                                               "n_processes", "n_values"]).to_dict("records"),
+                strict=True)) if rec["workers"] == 2]
+    claim = analysis.claims(pd.concat([low, pd.DataFrame(four)], ignore_index=True))[0]
+    assert claim.verdict == "reproduced", claim.reason
+    assert claim.value == pytest.approx(1.5)
+    assert "2 workers / 1: median 0.80x [" in claim.measured
+    assert "4 workers / 1: median 1.50x [" in claim.measured
+    assert analysis.claims(low)[0].verdict == "not reproduced"
+
+
+def test_http_hand_made_rows_and_other_loads_are_inconclusive_with_a_note():
+    frame = grid("python").drop(columns=["process_values"])
+    found = analysis.claims(frame)
+    assert [c.verdict for c in found] == ["inconclusive"] * 3
+    assert all("no interval: no raw values" in c.reason for c in found)
+    found = analysis.claims(grid("python", client="builtin"))
+    assert [c.verdict for c in found] == ["reproduced"] * 3
+    assert all("all loads used" in c.reason for c in found)
 
 
 def test_plots_and_notes_are_written(tmp_path):

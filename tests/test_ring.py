@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import os
 import shutil
 import signal
@@ -12,11 +13,13 @@ import textwrap
 import threading
 import time
 
+import numpy as np
 import pandas as pd
 import psutil
 import pytest
 import yaml
 from snakemake.utils import validate
+from synthetic import row, single
 
 from perfgrid import binding, settings
 from perfgrid.analysis import ring as analysis
@@ -248,7 +251,187 @@ def test_schema_rejects_bad_values_naming_the_key(key, value, needle):
     assert needle in str(info.value) + str(info.value.__cause__ or "")
 
 
-def test_analysis_plots_and_decides_claims_from_a_table(tmp_path):
+# --- analysis: every verdict is decided by the interval of its quantity ------------------
+
+#: the knobs of :func:`ring_table`, each the quantity one claim compares, all reproduced
+GOOD = {"h_native": 3.0, "h_pipe": 3.0, "cross": 4.0, "kernel": 0.8, "faster": 3.0,
+        "sys_ratio": 0.1, "erlang": 0.2}
+#: claim index, knob, threshold, and whether the claim asks for the quantity to be above
+CASES = [
+    (0, "h_native", analysis.BINDING_HELPS, True),
+    (1, "h_pipe", analysis.BINDING_HELPS, True),
+    (2, "cross", analysis.CROSSING_COSTS, True),
+    (3, "kernel", analysis.MOSTLY_SYS, True),
+    (4, "faster", analysis.FASTER, True),
+    (4, "sys_ratio", 0.5, False),
+    (5, "erlang", analysis.ERLANG_MOSTLY_USER, False),
+]
+RUNTIMES = ["native", "python", "native", "native", "python", "erlang"]
+
+
+def shares(share: float, processes: int = 4, seed: int = 0) -> str:
+    """A ``process_metadata`` column: per-process sys shares whose mean is ``share``."""
+    rng = np.random.default_rng(seed + 7919)
+    values = np.exp(rng.normal(0, 0.01, processes))
+    return json.dumps([{"sys_share": float(v)} for v in values / values.mean() * share])
+
+
+def ring_row(variant: str, bind: str, workers: int, rate: float, share: float, seed: int,
+             one: bool = False) -> dict:
+    runtime = {"native": "native", "erlang": "erlang"}.get(variant, "python")
+    columns = {"variant": variant, "runtime": runtime, "binding": bind, "workers": workers,
+               "sys_share": share, "us_per_message": 1e6 / rate, "user_pct": 40.0,
+               "sys_pct": 100 * share * 0.5, "idle_pct": 10.0, "ctx_per_message": 1.0,
+               "ratio_to_native": 1.0, "setup_s": 0.01,
+               "rings": 1000 if workers == 1 or variant == "erlang" else 1,
+               "ring_members": 100 if workers == 1 or variant == "erlang" else workers}
+    measured = single(rate, **columns) if one else row(rate, seed=seed, **columns)
+    return {**measured, "process_metadata": shares(share, seed=seed)}
+
+
+def ring_table(erlang_rows: bool = True, **knobs) -> pd.DataFrame:
+    """Every ring claim's data; each knob sets exactly the quantity one claim compares."""
+    k = {**GOOD, **knobs}
+    rows, seed = [], 0
+    for variant, helps in (("native", k["h_native"]), ("process_pipe", k["h_pipe"])):
+        for bind, rate in (("none", 1e5), ("single", 1e5 * helps),
+                           ("spread", 1e5 * helps / k["cross"])):
+            seed += 1
+            rows.append(ring_row(variant, bind, 2, rate, k["kernel"], seed))
+    rows.append(ring_row("thread", "none", 2, 1e4, 0.6, 100))
+    rows.append(ring_row("asyncio", "none", 1, 1e4 * k["faster"], 0.6 * k["sys_ratio"], 101))
+    if erlang_rows:
+        rows.append(ring_row("erlang", "none", 1, 5e5, 0.9, 200))  # 1 scheduler: not counted
+        rows.append(ring_row("erlang", "none", 2, 1e6, k["erlang"], 201))
+        rows.append(ring_row("erlang", "spread", 4, 2e6, k["erlang"], 202))
+    return pd.DataFrame(rows)
+
+
+def replace(table: pd.DataFrame, where: dict, new: dict) -> pd.DataFrame:
+    """``table`` with the one row matching ``where`` replaced by ``new``."""
+    mask = np.logical_and.reduce([table[c] == v for c, v in where.items()])
+    assert mask.sum() == 1
+    rows = table.to_dict("records")
+    rows[int(np.flatnonzero(mask)[0])] = new
+    return pd.DataFrame(rows)
+
+
+def test_all_ring_claims_reproduce_on_clear_data():
+    found = analysis.claims(ring_table())
+    assert [c.verdict for c in found] == ["reproduced"] * 6
+    assert [c.runtime for c in found] == RUNTIMES
+    assert all("[" in c.measured and "wholly" in c.reason for c in found)
+    assert all(c.ci_low < c.value < c.ci_high for c in found)
+    assert len(analysis.claims(ring_table(erlang_rows=False))) == 5
+
+
+@pytest.mark.parametrize("level", [0.8, 1.0, 1.25], ids=["below", "at", "above"])
+@pytest.mark.parametrize("index, knob, threshold, above", CASES,
+                         ids=[f"{i}-{k}" for i, k, _, _ in CASES])
+def test_ring_claim_verdict_follows_its_interval(index, knob, threshold, above, level):
+    found = analysis.claims(ring_table(**{knob: threshold * level}))
+    claim = found[index]
+    if level == 1.0:
+        expected, word = "inconclusive", "straddles"
+    elif (level > 1) == above:
+        expected, word = "reproduced", "wholly"
+    else:
+        expected, word = "not reproduced", "wholly on the other side"
+    assert claim.verdict == expected, (claim.measured, claim.reason)
+    assert word in claim.reason
+    assert "[" in claim.measured and "no interval" not in claim.measured
+    assert claim.runtime == RUNTIMES[index]
+    others = [c.verdict for i, c in enumerate(found) if i != index]
+    assert others == ["reproduced"] * 5  # each knob moves its own claim only
+
+
+def test_ring_compound_claim_fails_when_one_part_fails():
+    claim = analysis.claims(ring_table(faster=1.5, sys_ratio=0.8))[4]
+    assert claim.verdict == "not reproduced"  # speed straddles, sys share wholly too high
+    assert "part 1:" in claim.reason and "straddles" in claim.reason
+    assert "part 2:" in claim.reason and "wholly on the other side" in claim.reason
+    assert claim.measured.count("[") == 2
+
+
+def _without(table, **where):
+    mask = np.logical_and.reduce([table[c] == v for c, v in where.items()])
+    return table[~mask]
+
+
+def _no_metadata(table, variants):
+    table = table.copy()
+    table.loc[table["variant"].isin(variants), "process_metadata"] = None
+    return table
+
+
+def _nan_share(table, variants):
+    table = table.copy()
+    table.loc[table["variant"].isin(variants), "sys_share"] = float("nan")
+    return table
+
+
+MISSING = [
+    (0, lambda t: _without(t, variant="native", binding="none"), "no 2-member native ring"),
+    (1, lambda t: _without(t, variant="process_pipe", binding="none"),
+     "no 2-member process_pipe ring"),
+    (2, lambda t: _without(t, binding="spread"), "no 2-member pipe ring under both single"),
+    (3, lambda t: _nan_share(t, ["native", "process_pipe"]), "no process ring with a sys share"),
+    (3, lambda t: _no_metadata(t, ["native", "process_pipe"]),
+     "no interval: no per-process values"),
+    (4, lambda t: _without(t, variant="asyncio"), "no asyncio/uvloop ring"),
+    (4, lambda t: _without(t, variant="thread"), "no unbound thread ring"),
+    (4, lambda t: _no_metadata(t, ["asyncio"]), "no interval: no per-process values"),
+    (5, lambda t: _without(t, variant="erlang", workers=2).pipe(
+        _without, variant="erlang", workers=4), "no erlang ring on 2+ schedulers"),
+    (5, lambda t: _no_metadata(t, ["erlang"]), "no interval: no per-process values"),
+]
+
+
+@pytest.mark.parametrize("index, drop, reason", MISSING,
+                         ids=[f"{i}-{r[:24]}" for i, _, r in MISSING])
+def test_ring_claim_without_its_data_is_inconclusive(index, drop, reason):
+    found = analysis.claims(drop(ring_table()))
+    assert found[index].verdict == "inconclusive"
+    assert reason in found[index].reason
+    assert found[index].runtime == RUNTIMES[index]
+    assert [c.verdict for i, c in enumerate(found) if i != index] == ["reproduced"] * 5
+
+
+NAN = [
+    (0, {"variant": "native", "binding": "single"}, [0, 2]),
+    (1, {"variant": "process_pipe", "binding": "none"}, [1]),
+    (4, {"variant": "asyncio"}, [4]),
+    (4, {"variant": "thread"}, [4]),
+]
+
+
+@pytest.mark.parametrize("index, where, hit", NAN, ids=[str(w) for _, w, _ in NAN])
+@pytest.mark.parametrize("one", [False, True], ids=["nan-rate", "one-value"])
+def test_ring_nan_rate_or_one_value_is_inconclusive(index, where, hit, one):
+    table = ring_table()
+    old = table[np.logical_and.reduce([table[c] == v for c, v in where.items()])].iloc[0]
+    new = ring_row(old["variant"], old["binding"], int(old["workers"]),
+                   old["rate"] if one else float("nan"), old["sys_share"], 999, one=one)
+    found = analysis.claims(replace(table, where, new))
+    for i in hit:
+        assert found[i].verdict == "inconclusive", found[i].reason
+        want = "no interval: one value" if one else "no estimate (missing or NaN rate)"
+        assert want in found[i].reason
+    assert [c.verdict for i, c in enumerate(found) if i not in hit] == \
+        ["reproduced"] * (6 - len(hit))
+
+
+@pytest.mark.parametrize("index", [3, 5])
+def test_ring_sys_share_of_one_process_has_no_interval(index):
+    table = ring_table()
+    variants = ["native", "process_pipe"] if index == 3 else ["erlang"]
+    table.loc[table["variant"].isin(variants), "process_metadata"] = [
+        shares(s, processes=1) for s in table.loc[table["variant"].isin(variants), "sys_share"]]
+    claim = analysis.claims(table)[index]
+    assert claim.verdict == "inconclusive" and "no interval: one value" in claim.reason
+
+
+def test_hand_made_ring_table_is_inconclusive_and_still_plots(tmp_path):
     rows = []
     for variant, runtime in (("native", "native"), ("process_pipe", "python"),
                              ("thread", "python")):
@@ -266,7 +449,15 @@ def test_analysis_plots_and_decides_claims_from_a_table(tmp_path):
     table = pd.DataFrame(rows)
     written = analysis.plot(table, tmp_path)
     assert {p.stem for p in written} >= {"cost_by_binding", "cpu_split"}
-    verdicts = [c.verdict for c in analysis.claims(table)]
-    assert verdicts == ["reproduced", "reproduced", "reproduced", "reproduced", "reproduced"]
+    found = analysis.claims(table)
+    assert [c.verdict for c in found] == ["inconclusive"] * 5
+    assert all("no interval" in c.reason for c in found)
     assert all(c.verdict == "inconclusive" for c in analysis.claims(table.iloc[0:0]))
     assert len(analysis.notes(table)) >= 2
+
+
+def test_synthetic_ring_table_plots_and_notes(tmp_path):
+    table = ring_table()
+    written = analysis.plot(table, tmp_path)
+    assert {p.stem for p in written} >= {"cost_by_binding", "cpu_split", "switches_per_message"}
+    assert len(analysis.notes(table)) >= 4

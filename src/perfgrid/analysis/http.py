@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import pandas as pd  # noqa: E402
@@ -15,9 +15,13 @@ from perfgrid.analysis import (  # noqa: E402
     Claim,
     by_runtime,
     inconclusive,
+    judged,
+    median_of,
+    rate_estimates,
     save,
     without_erlang,
 )
+from perfgrid.stats import Estimate, reduce  # noqa: E402
 
 NAME = "http"
 SOURCE = ("seed E5 a (004_cee54dc8e5b26200.txt), 2x quad Xeon E5450, R12B-5 vs R13A, "
@@ -95,21 +99,27 @@ def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
     return written
 
 
-def _ratios(rows: pd.DataFrame, axis: str, num, den) -> list[tuple[dict, float]]:
-    """rate(axis=num) / rate(axis=den) for every setting of the other axes that has both."""
+def _ratios(rows: pd.DataFrame, axis: str, num, den) -> list[tuple[dict, Estimate]]:
+    """rate(axis=num) / rate(axis=den), with its interval, for every setting of the other
+    axes that has both (the best row where a setting has several)."""
     keys = [a for a in OTHER_AXES if a != axis and a in rows]
     out = []
+    if rows.empty or axis not in rows:
+        return out
     for key, group in rows.groupby(keys):
         a, b = group[group[axis] == num], group[group[axis] == den]
         if not a.empty and not b.empty:
-            out.append((dict(zip(keys, key, strict=True)), float(a["rate"].max() /
-                                                                   b["rate"].max())))
+            out.append((dict(zip(keys, key, strict=True)),
+                        reduce(rate_estimates(a), np.max) / reduce(rate_estimates(b), np.max)))
     return out
 
 
-def _spread(ratios: list[float]) -> str:
-    return (f"median {statistics.median(ratios):.2f}x over {len(ratios)} point(s), "
-            f"range {min(ratios):.2f}-{max(ratios):.2f}")
+def _spread(ratios: list[Estimate]) -> str:
+    values = [r.value for r in ratios if np.isfinite(r.value)]
+    missing = len(ratios) - len(values)
+    span = f"range {min(values):.2f}-{max(values):.2f}" if values else "no finite ratio"
+    return (f"median {median_of(ratios).show(unit='x')} over {len(ratios)} point(s), {span}"
+            + (f", {missing} NaN" if missing else ""))
 
 
 def _seed_rows_or_all(table: pd.DataFrame) -> tuple[pd.DataFrame, str]:
@@ -122,7 +132,8 @@ def _seed_rows_or_all(table: pd.DataFrame) -> tuple[pd.DataFrame, str]:
 def claims(table: pd.DataFrame) -> list[Claim]:
     """More workers help; binding helps; a steep drop from 500 to 1000 connections: on the
     Python servers and, where measured, on the Erlang server (the seed's own design, whose
-    workers are the VM's schedulers)."""
+    workers are the VM's schedulers). Every verdict is decided by the 95 % interval of the
+    compared median ratio."""
     out = _claims(without_erlang(table), "python")
     erl = by_runtime(table, "erlang") if not table.empty else table
     return out + (_claims(erl, "erlang") if not erl.empty else [])
@@ -141,11 +152,11 @@ def _claims(table: pd.DataFrame, runtime: str) -> list[Claim]:
     found = [(w, [r for _, r in _ratios(rows, "workers", w, 1)]) for w in counts]
     found = [(w, ratios) for w, ratios in found if ratios]
     if found:
-        best = max(statistics.median(r) for _, r in found)
-        out.append(Claim(NAME, hyp, crit,
-                         "; ".join(f"{w} workers / 1: {_spread(r)}" for w, r in found),
-                         "reproduced" if best >= MORE_WORKERS_HELP else "not reproduced",
-                         reason=note, runtime=runtime))
+        best = median_of([median_of(r) for _, r in found], np.max)
+        out.append(judged(NAME, hyp, crit, best, ">=", MORE_WORKERS_HELP,
+                          "best of the medians; " + "; ".join(f"{w} workers / 1: {_spread(r)}"
+                                                              for w, r in found),
+                          runtime=runtime, note=note))
     else:
         out.append(inconclusive(NAME, hyp, crit, "the grid has no point measured with both "
                                 "1 worker and more", runtime))
@@ -157,12 +168,10 @@ def _claims(table: pd.DataFrame, runtime: str) -> list[Claim]:
     found = [(kind, ratios) for kind, ratios in found if ratios]
     if found:
         kind, ratios = found[0]
-        med = statistics.median(ratios)
         others = "; ".join(f"{k}: {_spread(r)}" for k, r in found[1:])
-        out.append(Claim(NAME, hyp, crit,
-                         f"{kind}/none: {_spread(ratios)}" + (f" ({others})" if others else ""),
-                         "reproduced" if med >= HELPS else "not reproduced", reason=note,
-                         runtime=runtime))
+        out.append(judged(NAME, hyp, crit, median_of(ratios), ">=", HELPS,
+                          f"{kind}/none: {_spread(ratios)}" + (f" ({others})" if others else ""),
+                          runtime=runtime, note=note))
     else:
         out.append(inconclusive(NAME, hyp, crit, "the grid has no bound and unbound rows at "
                                 "the same server, workers and concurrency", runtime))
@@ -170,13 +179,10 @@ def _claims(table: pd.DataFrame, runtime: str) -> list[Claim]:
     hyp = "Requests/s drop steeply between 500 and 1000 concurrent connections"
     crit = (f"rate at concurrency 1000 <= {STEEP:.2f}x the rate at 500, median over the "
             "points that have both")
-    pairs = _ratios(rows, "concurrency", 1000, 500)
-    if pairs:
-        ratios = [r for _, r in pairs]
-        med = statistics.median(ratios)
-        out.append(Claim(NAME, hyp, crit, f"1000/500: {_spread(ratios)}",
-                         "reproduced" if med <= STEEP else "not reproduced", reason=note,
-                         runtime=runtime))
+    ratios = [r for _, r in _ratios(rows, "concurrency", 1000, 500)]
+    if ratios:
+        out.append(judged(NAME, hyp, crit, median_of(ratios), "<=", STEEP,
+                          f"1000/500: {_spread(ratios)}", runtime=runtime, note=note))
     else:
         out.append(inconclusive(NAME, hyp, crit, "the grid lacks concurrency 500 and 1000 "
                                 "at the same point", runtime))

@@ -6,12 +6,24 @@ import statistics
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from perfgrid.analysis import Claim, inconclusive, save  # noqa: E402
+from perfgrid.analysis import (  # noqa: E402
+    Claim,
+    best_row,
+    inconclusive,
+    judged,
+    median_of,
+    rate_at,
+    rate_estimates,
+    save,
+)
+from perfgrid.analysis.observed import observed_estimate  # noqa: E402
+from perfgrid.stats import Estimate, reduce  # noqa: E402
 
 NAME = "ring"
 _SOURCE = ("seed E5 b (004_cee54dc8e5b26200.txt), 1000 rings of 100 Erlang processes, "
@@ -84,21 +96,15 @@ def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
     return written
 
 
-def _rate(table: pd.DataFrame, **where) -> float | None:
-    rows = table
-    for key, value in where.items():
-        rows = rows[rows[key] == value]
-    return None if rows.empty else float(rows["rate"].max())
-
-
-def _binding_ratios(table: pd.DataFrame, variant: str, num: str, den: str) -> list[tuple]:
-    """(workers, rate(num)/rate(den)) for each ring size measured under both bindings."""
+def _binding_ratios(table: pd.DataFrame, variant: str, num: str,
+                    den: str) -> list[tuple[int, Estimate]]:
+    """(workers, rate(num)/rate(den) with its interval) for each ring size under both bindings."""
     out = []
-    rows = table[table["variant"] == variant]
+    rows = table[table["variant"] == variant] if "variant" in table else table.iloc[0:0]
     for workers in sorted(rows["workers"].unique()):
-        a = _rate(rows, workers=workers, binding=num)
-        b = _rate(rows, workers=workers, binding=den)
-        if a and b:
+        a = rate_at(rows, workers=workers, binding=num)
+        b = rate_at(rows, workers=workers, binding=den)
+        if a is not None and b is not None:
             out.append((int(workers), a / b))
     return out
 
@@ -107,8 +113,60 @@ def _runtime(variant: str) -> str:
     return "native" if variant == "native" else "python"
 
 
+def _sys_shares(rows: pd.DataFrame) -> list[Estimate]:
+    """The sys share of each row, with its interval over the row's processes."""
+    return [observed_estimate(row, "sys_share") for _, row in rows.iterrows()]
+
+
+def _with_sys_share(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows that measured a sys share (NaN where the passing used no CPU time)."""
+    if "sys_share" not in rows:
+        return rows.iloc[0:0]
+    return rows[pd.to_numeric(rows["sys_share"], errors="coerce").notna()]
+
+
+def _range(parts: list[Estimate]) -> str:
+    values = [p.value for p in parts if np.isfinite(p.value)]
+    return f"range {min(values):.0%}-{max(values):.0%}" if values else "no finite share"
+
+
+def _best(rows: pd.DataFrame) -> tuple[pd.Series, Estimate]:
+    """:func:`best_row`, also where no rate is known (all NaN: the estimate is NaN)."""
+    if pd.to_numeric(rows["rate"], errors="coerce").notna().any():
+        return best_row(rows)
+    return rows.iloc[0], reduce(rate_estimates(rows), np.max)
+
+
+def _split(row: pd.Series) -> str:
+    """``user 60% / sys 30% / idle 10%`` of a row (NaN where not recorded)."""
+    return " / ".join(f"{what} {float(row.get(f'{what}_pct', np.nan)):.0f}%"
+                      for what in ("user", "sys", "idle"))
+
+
+def _all_of(parts: list[Claim], measured: str) -> Claim:
+    """A compound claim: reproduced only if every part is, not reproduced if any part's
+    interval lies wholly on the other side, inconclusive otherwise. The figures (value,
+    interval, threshold) are those of the first part; ``measured`` shows them all."""
+    verdicts = [c.verdict for c in parts]
+    if all(v == "reproduced" for v in verdicts):
+        verdict = "reproduced"
+    elif "not reproduced" in verdicts:
+        verdict = "not reproduced"
+    else:
+        verdict = "inconclusive"
+    first = parts[0]
+    return Claim(first.experiment, first.hypothesis, first.criterion, measured, verdict,
+                 first.runtime, "; ".join(f"part {i + 1}: {c.reason}"
+                                           for i, c in enumerate(parts)),
+                 first.value, first.ci_low, first.ci_high, first.op, first.threshold,
+                 first.unit)
+
+
 def claims(table: pd.DataFrame) -> list[Claim]:
-    """Binding cuts the cost of passing; the pipe ring is kernel time; no kernel is faster."""
+    """Binding cuts the cost of passing; the pipe ring is kernel time; no kernel is faster.
+
+    Every verdict is decided by the 95 % interval of the compared quantity.
+    """
     out: list[Claim] = []
     for variant in ("native", "process_pipe"):
         hyp = ("Keeping a ring's wake-ups on one CPU makes passing faster than leaving the "
@@ -117,11 +175,11 @@ def claims(table: pd.DataFrame) -> list[Claim]:
                 "rate with binding none")
         found = dict(_binding_ratios(table, variant, "single", "none")) if len(table) else {}
         if 2 in found:
-            out.append(Claim(NAME, hyp, crit, f"single/none: {found[2]:.2f}x" + (
-                "; other sizes " + ", ".join(f"{w}w {r:.2f}x" for w, r in found.items()
-                                             if w != 2) if len(found) > 1 else ""),
-                "reproduced" if found[2] >= BINDING_HELPS else "not reproduced",
-                runtime=_runtime(variant)))
+            others = [f"{w}w {r.show(unit='x')}" for w, r in found.items() if w != 2]
+            out.append(judged(NAME, hyp, crit, found[2], ">=", BINDING_HELPS,
+                              "single/none" + ("; other sizes " + ", ".join(others)
+                                               if others else ""),
+                              runtime=_runtime(variant)))
         else:
             out.append(inconclusive(NAME, hyp, crit, f"no 2-member {variant} ring under both "
                                     "single and none", runtime=_runtime(variant)))
@@ -138,13 +196,10 @@ def claims(table: pd.DataFrame) -> list[Claim]:
     if measured:
         variant, ratio = measured
         rows = table[(table["variant"] == variant) & (table["workers"] == 2)]
-        us = {b: float(rows[rows["binding"] == b]["us_per_message"].min())
-              for b in ("single", "spread")}
-        out.append(Claim(NAME, hyp, crit,
-                         f"{ratio:.1f}x ({us['single']:.1f} vs {us['spread']:.1f} us per "
-                         f"message, {variant})",
-                         "reproduced" if ratio >= CROSSING_COSTS else "not reproduced",
-                         runtime=_runtime(variant)))
+        us = {b: 1e6 / rate_at(rows, binding=b) for b in ("single", "spread")}
+        out.append(judged(NAME, hyp, crit, ratio, ">=", CROSSING_COSTS,
+                          f"({us['single']:.1f} vs {us['spread']:.1f} us per message, "
+                          f"{variant})", runtime=_runtime(variant)))
     else:
         out.append(inconclusive(NAME, hyp, crit, "no 2-member pipe ring under both single "
                                 "and spread", runtime="native"))
@@ -152,16 +207,16 @@ def claims(table: pd.DataFrame) -> list[Claim]:
     hyp = ("Passing a token between OS processes is mostly kernel time (the seed's R12B-5: "
            "63% sys)")
     crit = f"process rings (native, process_pipe), all points: median sys share >= {MOSTLY_SYS:.0%}"
-    rows = table[table["variant"].isin(["native", "process_pipe"])] if len(table) else table
-    if not rows.empty and rows["sys_share"].notna().any():
-        med = float(rows["sys_share"].median())
-        out.append(Claim(NAME, hyp, crit,
-                         f"median sys share {med:.0%} over {len(rows)} point(s), range "
-                         f"{rows['sys_share'].min():.0%}-{rows['sys_share'].max():.0%}",
-                         "reproduced" if med >= MOSTLY_SYS else "not reproduced",
-                         runtime="native"))
+    rows = (_with_sys_share(table[table["variant"].isin(["native", "process_pipe"])])
+            if len(table) else table)
+    if not rows.empty:
+        shares = _sys_shares(rows)
+        out.append(judged(NAME, hyp, crit, median_of(shares), ">=", MOSTLY_SYS,
+                          f"median sys share over {len(rows)} point(s), {_range(shares)}",
+                          runtime="native", unit="", spec=".3f"))
     else:
-        out.append(inconclusive(NAME, hyp, crit, "no process ring measured", runtime="native"))
+        out.append(inconclusive(NAME, hyp, crit, "no process ring with a sys share measured",
+                                runtime="native"))
 
     hyp = ("Passing without locks or kernel wake-ups cuts sys time and is faster (the seed's "
            "R13A: sys 63% -> 30%, nearly 2x)")
@@ -171,15 +226,19 @@ def claims(table: pd.DataFrame) -> list[Claim]:
     threads = (table[(table["variant"] == "thread") & (table["binding"] == "none")]
                if len(table) else table)
     if not loop.empty and not threads.empty:
-        best = loop.loc[loop["rate"].idxmax()]
-        thread = threads.loc[threads["workers"].idxmin()]
-        speed = best["rate"] / thread["rate"]
-        ok = speed >= FASTER and best["sys_share"] <= thread["sys_share"] / 2
-        out.append(Claim(NAME, hyp, crit,
-                         f"{best['variant']} ({best['binding']}) {speed:.2f}x the "
-                         f"{int(thread['workers'])}-thread ring; sys share "
-                         f"{best['sys_share']:.0%} vs {thread['sys_share']:.0%}",
-                         "reproduced" if ok else "not reproduced"))
+        best, best_rate = _best(loop)
+        fewest = threads["workers"].min()
+        thread = threads[threads["workers"] == fewest].iloc[0]
+        speed = best_rate / rate_at(threads, workers=fewest)
+        best_sys, thread_sys = (observed_estimate(best, "sys_share"),
+                                observed_estimate(thread, "sys_share"))
+        sys_ratio = best_sys / thread_sys
+        parts = [judged(NAME, hyp, crit, speed, ">=", FASTER),
+                 judged(NAME, hyp, crit, sys_ratio, "<=", 0.5)]
+        out.append(_all_of(parts, (
+            f"messages/s {speed.show(unit='x')} the {int(thread['workers'])}-thread ring (best: "
+            f"{best['variant']}, {best['binding']}); sys share {sys_ratio.show(unit='x')} the "
+            f"thread ring's ({best_sys.value:.0%} vs {thread_sys.value:.0%})")))
     else:
         out.append(inconclusive(NAME, hyp, crit, "no asyncio/uvloop ring or no unbound "
                                 "thread ring"))
@@ -189,20 +248,19 @@ def claims(table: pd.DataFrame) -> list[Claim]:
                "in the kernel (the seed's R13A: user 63%, sys 30%; R12B-5: sys 63%)")
         crit = (f"erlang rings on 2+ schedulers: median sys share of the VM's CPU time < "
                 f"{ERLANG_MOSTLY_USER:.0%}")
-        many = erl[(erl["workers"] >= 2) & erl["sys_share"].notna()]
+        many = _with_sys_share(erl[erl["workers"] >= 2])
         if not many.empty:
-            med = float(many["sys_share"].median())
-            best = many.loc[many["rate"].idxmax()]
-            out.append(Claim(NAME, hyp, crit,
-                             f"median sys share {med:.0%} over {len(many)} point(s); user "
-                             f"{best['user_pct']:.0f}% / sys {best['sys_pct']:.0f}% / idle "
-                             f"{best['idle_pct']:.0f}% at the fastest ({int(best['workers'])} "
-                             f"schedulers, {best['binding']}, {best['rate']:,.0f} messages/s)",
-                             "reproduced" if med < ERLANG_MOSTLY_USER else "not reproduced",
-                             runtime="erlang"))
+            shares = _sys_shares(many)
+            fastest, _ = _best(many)
+            out.append(judged(NAME, hyp, crit, median_of(shares), "<", ERLANG_MOSTLY_USER,
+                              f"median sys share over {len(many)} point(s), {_range(shares)}; "
+                              f"{_split(fastest)} at the fastest ({int(fastest['workers'])} "
+                              f"schedulers, {fastest['binding']}, {fastest['rate']:,.0f} "
+                              "messages/s)",
+                              runtime="erlang", unit="", spec=".3f"))
         else:
-            out.append(inconclusive(NAME, hyp, crit, "no erlang ring on 2+ schedulers",
-                                    runtime="erlang"))
+            out.append(inconclusive(NAME, hyp, crit, "no erlang ring on 2+ schedulers with a "
+                                    "sys share measured", runtime="erlang"))
     return out
 
 
