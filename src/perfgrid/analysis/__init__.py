@@ -149,3 +149,24 @@ def best_row(rows):
 def median_of(parts: list[Estimate], how: Callable = np.median) -> Estimate:
     """The median of several estimates (ratios over a grid), with its interval."""
     return reduce(parts, how)
+
+
+#: seaborn keywords that draw the rows of :func:`interval_rows` as the point's rate and
+#: its 95 % interval: the median of (low, rate, high) is the rate, their range the interval
+INTERVAL_BARS = {"estimator": "median", "errorbar": ("pi", 100)}
+
+
+def interval_rows(table, y: str, scale: float = 1.0):
+    """Three rows per point, ``y`` = rate, interval low and high (over ``scale``).
+
+    With :data:`INTERVAL_BARS` seaborn then draws each point's own interval as its
+    error bar or band; a point without an interval gets none.
+    """
+    import pandas as pd
+
+    if table.empty:
+        return table.assign(**{y: pd.Series(dtype=float)})
+    low = table.get("rate_ci_low", table["rate"]).fillna(table["rate"])
+    high = table.get("rate_ci_high", table["rate"]).fillna(table["rate"])
+    return pd.concat([table.assign(**{y: col / scale}) for col in (table["rate"], low, high)],
+                     ignore_index=True)

@@ -10,7 +10,16 @@ matplotlib.use("Agg")
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from perfgrid.analysis import Claim, best_row, inconclusive, judged, rate_at, save  # noqa: E402
+from perfgrid.analysis import (  # noqa: E402
+    INTERVAL_BARS,
+    Claim,
+    best_row,
+    inconclusive,
+    interval_rows,
+    judged,
+    rate_at,
+    save,
+)
 from perfgrid.stats import Estimate  # noqa: E402
 
 NAME = "file_read"
@@ -43,7 +52,8 @@ ERLANG_NEAR_DD = 0.8
 
 
 def _gbps(table: pd.DataFrame) -> pd.DataFrame:
-    return table.assign(gb_per_s=table["rate"] / 1e9)
+    """GB/s, three rows a point: the rate and the ends of its interval (drawn as bars)."""
+    return interval_rows(table, "gb_per_s", 1e9)
 
 
 def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -54,16 +64,17 @@ def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
     if not single.empty:
         grid = sns.relplot(data=single, x="block_size", y="gb_per_s", hue="variant",
                            style="runtime", col="cache", kind="line", marker="o",
-                           height=3.4, aspect=1.2)
+                           height=3.4, aspect=1.2, err_style="bars", **INTERVAL_BARS)
         grid.set(xscale="log", xlabel="block_size (bytes)", ylabel="throughput (GB/s)")
-        grid.figure.suptitle("file_read: one reader, throughput by block size", y=1.03)
+        grid.figure.suptitle("file_read: one reader, throughput by block size "
+                             "(bars: 95 % intervals)", y=1.03)
         written += save(grid.figure, out_dir, "throughput_by_block_size")
     parallel = _gbps(table[table["variant"].isin(PARALLEL)])
     if not parallel.empty:
         grid = sns.relplot(data=parallel, x="workers", y="gb_per_s", hue="binding",
                            style="variant", row="cache", col="block_size", kind="line",
-                           marker="o", height=3.0, aspect=1.2,
-                           facet_kws={"sharey": False})
+                           marker="o", height=3.0, aspect=1.2, err_style="bars",
+                           facet_kws={"sharey": False}, **INTERVAL_BARS)
         grid.set(xscale="log", xlabel="workers", ylabel="throughput (GB/s)")
         grid.figure.suptitle("file_read: parallel readers by workers and binding", y=1.02)
         written += save(grid.figure, out_dir, "parallel_by_workers")

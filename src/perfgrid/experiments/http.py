@@ -85,6 +85,9 @@ class Http(Experiment):
     name = "http"
     axes = ("variant", "client", "keepalive", "binding", "workers", "concurrency")
     int_axes = frozenset({"workers", "concurrency"})
+    #: perfgrid.analysis.http's claims use every point loaded as the seed loaded its
+    #: server: ab without keep-alive (the seed ran ab three times for each concurrency)
+    claim_points = ({"client": "ab", "keepalive": "off"},)
     work_unit = "requests"
     rate_unit = "requests/s"
     erlang_variants = ("erlang",)

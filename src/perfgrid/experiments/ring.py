@@ -316,6 +316,9 @@ class Ring(Experiment):
     name = "ring"
     axes = ("variant", "binding", "workers")
     int_axes = frozenset({"workers"})
+    #: perfgrid.analysis.ring's claims compare bindings, CPU shares and the best ring
+    #: over the whole grid: every point
+    claim_points = ({},)
     work_unit = "messages"
     rate_unit = "messages/s"
     native_variants = NATIVE
