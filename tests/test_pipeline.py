@@ -176,3 +176,23 @@ def test_archive_never_extracts_outside_its_folder(tmp_path):
         archive.extract(evil, tmp_path / "target")
     assert not (tmp_path / "escaped.txt").exists()
     assert not (tmp_path / "target" / "top" / "ok.txt").exists()
+
+
+def test_a_a_run_reports_the_noise_floor(tree):
+    """`perfgrid aa` runs one small config twice and compares the two runs."""
+    import subprocess
+
+    config = {**CONFIG, "file_read": {**CONFIG["file_read"], "variants": ["read", "dd"],
+                                      "block_sizes": [1048576], "bindings": ["none"],
+                                      "workers": [1]}}
+    (tree / "aa.yaml").write_text(yaml.safe_dump(config))
+    done = subprocess.run(
+        [*SNAKEMAKE[:1], "-m", "perfgrid.cli", "aa", "--configfile", "aa.yaml", "--label", "aa",
+         "--cores", "2"], cwd=tree, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "testable points" in done.stdout and "claims changed verdict" in done.stdout
+    for side in ("a", "b"):
+        assert (tree / f"results/aa-{side}/tables/file_read.csv").exists()
+    points = pd.read_csv(tree / "results/compare/aa-aa/points.csv")
+    assert len(points) == 2 and {"ratio_ci_low", "ratio_ci_high", "q", "test"} <= set(points)
+    assert "Claims whose verdict changed" in (tree / "results/compare/aa-aa/compare.md").read_text()
