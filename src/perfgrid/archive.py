@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
+from perfgrid import lifetime
 from perfgrid.paths import REPO
 
 MANIFEST = "MANIFEST.sha256"
@@ -31,8 +32,8 @@ SKIP_SUFFIXES = (".bin", ".lock", ".sqlite", ".sqlite-wal", ".sqlite-shm")
 
 def _git(*args: str) -> str:
     try:
-        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(lifetime.command(["git", *args]), cwd=REPO, capture_output=True,
+                              text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return ""
 
@@ -82,7 +83,7 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes, mtime: float) -> No
 
 
 def installed_packages() -> str:
-    proc = subprocess.run([sys.executable, "-m", "pip", "freeze", "--all"],
+    proc = subprocess.run(lifetime.command([sys.executable, "-m", "pip", "freeze", "--all"]),
                           capture_output=True, text=True, check=False)
     return proc.stdout
 

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import math
 import os
 import re
 import resource
 import shutil
-import signal
 import statistics
 import subprocess
 import tempfile
@@ -27,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyperf import perf_counter
+
+from perfgrid import lifetime
 
 HOST = "127.0.0.1"
 CLIENTS = ("ab", "builtin")
@@ -217,7 +217,8 @@ def missing_ab() -> str | None:
 
 def ab_version() -> str:
     """ab's version line, e.g. ``2.3 <$Revision: 1913912 $>``."""
-    proc = subprocess.run(["ab", "-V"], capture_output=True, text=True, check=False)
+    proc = subprocess.run(lifetime.command(["ab", "-V"]), capture_output=True, text=True,
+                          check=False)
     match = re.search(r"Version (.+)", proc.stdout)
     return match.group(1).strip() if match else "unknown"
 
@@ -257,11 +258,6 @@ def parse_ab_csv(path: str | os.PathLike[str]) -> dict[int, float]:
     return out
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    libc = ctypes.CDLL(None)
-    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-
-
 def run_ab(port: int, requests: int, concurrency: int, keepalive: bool,
            deadline_s: float) -> LoadResult:
     """Load 127.0.0.1:``port`` with ab; ab's own time is the wall time."""
@@ -271,8 +267,8 @@ def run_ab(port: int, requests: int, concurrency: int, keepalive: bool,
         cmd = ab_command(port, requests, concurrency, keepalive, deadline_s, csv_path)
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=False,
-                                  timeout=deadline_s + 30, preexec_fn=_die_with_parent)
+            proc = subprocess.run(lifetime.command(cmd), capture_output=True, text=True,
+                                  check=False, timeout=deadline_s + 30)
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"ab did not finish within {deadline_s + 30:.0f} s: "
                                f"{' '.join(cmd)}") from None
