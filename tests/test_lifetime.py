@@ -250,3 +250,37 @@ def test_killed_job_takes_http_server_workers_with_it(tmp_path):
         time.sleep(120)
         """, ("python", "python3") + (os.path.basename(sys.executable),), tmp_path)
     assert seen
+
+
+def test_killed_manager_takes_its_pyperf_worker_with_it(tmp_path):
+    """SIGKILL a pyperf manager while its worker measures: the worker goes too."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    cmd = [sys.executable, "-m", "perfgrid.bench", "syscall", "--point", "variant=python",
+           "--point", "call=getuid", "--point", "binding=none", "--point", "workers=1",
+           "--result", str(tmp_path / "out.json"), "--processes", "1", "--values", "50",
+           "--warmups", "0", "--loops", "20000"]
+    manager = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    workers: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not workers:
+            assert manager.poll() is None and time.monotonic() < deadline, "no worker"
+            time.sleep(0.05)
+            with contextlib.suppress(psutil.NoSuchProcess):
+                workers = [p for p in psutil.Process(manager.pid).children()
+                           if "--worker" in p.cmdline()]
+        time.sleep(1.0)  # past its prctl, measuring
+        assert manager.poll() is None, "the job ended before it could be killed"
+        family = workers + workers[0].children(recursive=True)
+        manager.kill()
+        manager.wait(10)
+        left = _wait_gone([p.pid for p in family])
+        assert not left, f"alive {GONE_WITHIN_S:g} s after the manager's SIGKILL: {_describe(left)}"
+    finally:
+        if manager.poll() is None:
+            manager.kill()
+            manager.wait()
+        for proc in workers:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
