@@ -50,7 +50,7 @@ class LoadResult:
     latency_mean_ms: float
     latency_p50_ms: float
     latency_p99_ms: float
-    client_cpu_s: float
+    client_cpu_s: float  # ab: its process's, with the launcher's start-up before its exec
     timed_out: bool = False
     values: list[int] | None = None  # counter values handed out (builtin only)
     detail: dict[str, int] = field(default_factory=dict)
