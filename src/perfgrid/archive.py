@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
+from perfgrid import lifetime
 from perfgrid.paths import REPO
 
 MANIFEST = "MANIFEST.sha256"
@@ -35,8 +36,8 @@ SKIP_SUFFIXES = (".bin", ".lock", ".sqlite", ".sqlite-wal", ".sqlite-shm")
 
 def _git(*args: str) -> str:
     try:
-        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(lifetime.command(["git", *args]), cwd=REPO, capture_output=True,
+                              text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return ""
 
@@ -86,7 +87,7 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes, mtime: float) -> No
 
 
 def installed_packages() -> str:
-    proc = subprocess.run([sys.executable, "-m", "pip", "freeze", "--all"],
+    proc = subprocess.run(lifetime.command([sys.executable, "-m", "pip", "freeze", "--all"]),
                           capture_output=True, text=True, check=False)
     return proc.stdout
 

@@ -39,8 +39,9 @@ def _pairs(items: list[str], flag: str) -> dict[str, str]:
 
 
 def _forward(cmd: list[str], args: argparse.Namespace) -> None:
-    """Pass our own options on to pyperf's worker processes."""
+    """Pass our own options on to pyperf's worker processes, and the pid they die with."""
     cmd.append(args.experiment)
+    cmd.extend(["--parent", str(os.getpid())])
     for item in args.point:
         cmd.extend(["--point", item])
     for item in args.option:
@@ -123,7 +124,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lock", help="lock file serialising benchmark jobs")
     parser.add_argument("--busy-share", type=float, default=None,
                         help="flag the point if other processes use more than this CPU share")
+    parser.add_argument("--parent", type=int, default=None,
+                        help="(workers) the manager's pid, to die with; default the parent")
     args = runner.parse_args(argv)
+    if args.worker:  # first: a manager killed before this leaves no worker measuring
+        lifetime.die_with_parent(args.parent if args.parent is not None else os.getppid())
 
     experiment = experiments.get(args.experiment)
     point = experiment.parse_point(_pairs(args.point, "--point"))
@@ -132,7 +137,6 @@ def main(argv: list[str] | None = None) -> None:
     runner.metadata.update(standard_metadata(experiment.name, point, experiment.runtime(point)))
 
     if args.worker:
-        lifetime.die_with_parent()
         case = experiment.prepare(point, options)
         _ObservationHook.case = case
         try:

@@ -61,9 +61,9 @@ def missing() -> str | None:
 def otp_release() -> str:
     """The installed OTP release and ERTS version, e.g. ``25 (erts 13.1.5)``."""
     proc = subprocess.run(
-        ["erl", "-noshell", "-eval",
-         'io:format("~s (erts ~s)", [erlang:system_info(otp_release), '
-         'erlang:system_info(version)]), halt().'],
+        lifetime.command(["erl", "-noshell", "-eval",
+                          'io:format("~s (erts ~s)", [erlang:system_info(otp_release), '
+                          'erlang:system_info(version)]), halt().']),
         capture_output=True, text=True, timeout=60, env={**os.environ, **ENV}, check=False)
     return proc.stdout.strip() or "unknown"
 
@@ -82,8 +82,8 @@ def compile_modules(out_dir: str | os.PathLike[str]) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sources = [str(SOURCE_DIR / f"{m}.erl") for m in MODULES]
-    proc = subprocess.run(["erlc", "-o", str(out), *sources], capture_output=True, text=True,
-                          check=False)
+    proc = subprocess.run(lifetime.command(["erlc", "-o", str(out), *sources]),
+                          capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise ErlangError(f"erlc failed: {(proc.stderr or proc.stdout).strip()}")
     return out
@@ -133,12 +133,6 @@ def parse_report(stdout: str) -> dict[str, Any]:
     raise ErlangError(f"no JSON report in the program's output: {stdout[-1000:]!r}")
 
 
-def _child_setup(cpus: list[int] | None) -> None:  # runs in the child between fork and exec
-    lifetime.die_with_parent()
-    if cpus:
-        os.sched_setaffinity(0, cpus)
-
-
 @dataclass
 class Result:
     """One program run: its report and what the VM process cost the OS."""
@@ -175,14 +169,15 @@ def run(cmd: list[str], timeout_s: float = DEFAULT_TIMEOUT_S,
     """Run one Erlang program to its end; its report, or ErlangError with its stderr.
 
     The VM gets its own process group (killed whole past ``timeout_s``) and
-    dies with this process (PR_SET_PDEATHSIG); ``os.wait4`` gives its own
-    CPU time and peak RSS.
+    dies with this process (:func:`perfgrid.lifetime.command`); ``os.wait4``
+    gives its own CPU time and peak RSS (the launcher's few milliseconds
+    before ``exec`` included).
     """
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         started = time.monotonic()
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                env={**os.environ, **ENV}, start_new_session=True,
-                                preexec_fn=lambda: _child_setup(cpus))
+        proc = subprocess.Popen(lifetime.command(cmd, cpus), stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=err, env={**os.environ, **ENV},
+                                start_new_session=True)
         try:
             status, usage = _wait(proc, started + timeout_s)
         except BaseException:
@@ -234,10 +229,10 @@ class Server:
     def __post_init__(self) -> None:
         self._err = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop())
         self._buffer = b""
-        self.proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen(lifetime.command(self.cmd, self.cpus),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self._err, env={**os.environ, **ENV},
-                                     start_new_session=True,
-                                     preexec_fn=lambda: _child_setup(self.cpus))
+                                     start_new_session=True)
         try:
             self.ready = self._line(self.start_timeout_s)
         except BaseException:

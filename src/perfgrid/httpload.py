@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import math
 import os
 import re
 import resource
 import shutil
-import signal
 import statistics
 import subprocess
 import tempfile
@@ -27,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyperf import perf_counter
+
+from perfgrid import lifetime
 
 HOST = "127.0.0.1"
 CLIENTS = ("ab", "builtin")
@@ -44,13 +44,13 @@ class LoadResult:
     keepalive: bool
     wall_s: float
     completed: int  # answers received, any status
-    ok: int  # 2xx answers
+    ok: int  # 2xx answers (ab, when it counted failures: a lower bound, see run_ab)
     non2xx: int
-    errors: int  # connect/read failures, timeouts, malformed answers
+    errors: int  # connect/read failures, timeouts, malformed answers (ab: an upper bound)
     latency_mean_ms: float
     latency_p50_ms: float
     latency_p99_ms: float
-    client_cpu_s: float
+    client_cpu_s: float  # ab: its process's, with the launcher's start-up before its exec
     timed_out: bool = False
     values: list[int] | None = None  # counter values handed out (builtin only)
     detail: dict[str, int] = field(default_factory=dict)
@@ -217,7 +217,8 @@ def missing_ab() -> str | None:
 
 def ab_version() -> str:
     """ab's version line, e.g. ``2.3 <$Revision: 1913912 $>``."""
-    proc = subprocess.run(["ab", "-V"], capture_output=True, text=True, check=False)
+    proc = subprocess.run(lifetime.command(["ab", "-V"]), capture_output=True, text=True,
+                          check=False)
     match = re.search(r"Version (.+)", proc.stdout)
     return match.group(1).strip() if match else "unknown"
 
@@ -257,11 +258,6 @@ def parse_ab_csv(path: str | os.PathLike[str]) -> dict[int, float]:
     return out
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    libc = ctypes.CDLL(None)
-    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-
-
 def run_ab(port: int, requests: int, concurrency: int, keepalive: bool,
            deadline_s: float) -> LoadResult:
     """Load 127.0.0.1:``port`` with ab; ab's own time is the wall time."""
@@ -271,31 +267,38 @@ def run_ab(port: int, requests: int, concurrency: int, keepalive: bool,
         cmd = ab_command(port, requests, concurrency, keepalive, deadline_s, csv_path)
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=False,
-                                  timeout=deadline_s + 30, preexec_fn=_die_with_parent)
+            proc = subprocess.run(lifetime.command(cmd), capture_output=True, text=True,
+                                  check=False, timeout=deadline_s + 30)
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"ab did not finish within {deadline_s + 30:.0f} s: "
                                f"{' '.join(cmd)}") from None
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if proc.returncode != 0:
-            raise RuntimeError(f"ab exited with {proc.returncode}: "
-                               f"{(proc.stderr or proc.stdout).strip()[-1000:]}")
+            done = re.search(r"^Total of (\d+) requests completed", proc.stdout, re.MULTILINE)
+            raise RuntimeError(f"ab exited with {proc.returncode} after "
+                               f"{done.group(1) if done else 'an unknown number of'} of "
+                               f"{requests} requests (c={concurrency}): "
+                               f"{(proc.stderr + proc.stdout).strip()[-1000:]}")
         figures = parse_ab(proc.stdout)
         pct = parse_ab_csv(csv_path) if os.path.exists(csv_path) else {}
     completed = int(figures["completed"])
     failed = int(figures["failed"])
     non2xx = int(figures["non2xx"])
-    # ab counts a request that failed as complete too; a non-2xx answer is not "failed"
-    ok = completed - failed - non2xx
+    # ab counts a request that failed as complete too, and a non-2xx answer not as failed;
+    # it counts failures, not failed requests (one request can fail twice: receive and
+    # length), so errors is at most the complete non-2xx-free requests and ok, then, a
+    # lower bound; the detail keeps ab's own counts
+    errors = min(failed, completed - non2xx)
+    ok = completed - non2xx - errors
     return LoadResult(
         client="ab", requests=requests, concurrency=concurrency, keepalive=keepalive,
-        wall_s=figures["wall_s"], completed=completed - failed, ok=ok, non2xx=non2xx,
-        errors=failed, latency_mean_ms=figures["mean_ms"],
+        wall_s=figures["wall_s"], completed=ok + non2xx, ok=ok, non2xx=non2xx,
+        errors=errors, latency_mean_ms=figures["mean_ms"],
         latency_p50_ms=pct.get(50, float("nan")), latency_p99_ms=pct.get(99, float("nan")),
         client_cpu_s=(after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
         timed_out=completed < requests,
-        detail={k: int(v) for k, v in figures.items()
-                if k.startswith("fail_") or k == "keepalive_requests"},
+        detail={"ab_failures": failed, **{k: int(v) for k, v in figures.items()
+                                          if k.startswith("fail_") or k == "keepalive_requests"}},
     )
 
 

@@ -6,7 +6,7 @@ counter+1, commits and answers the previous value. So the benchmark stresses
 accept/parse/respond in the event loop plus a cross-process write lock, like
 the seed's mnesia transaction. Workers share one port through SO_REUSEPORT,
 listen on 127.0.0.1 only, and never outlive the process that started them
-(PR_SET_PDEATHSIG plus a parent watch).
+(they are started through :func:`perfgrid.lifetime.command`).
 
 ``python -m perfgrid.httpserver --server asyncio --port P --database F ...``
 runs one worker; :class:`ServerGroup` starts and stops a set of them.
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ctypes
 import errno
 import json
 import os
@@ -34,7 +33,7 @@ from typing import Any
 
 import psutil
 
-from perfgrid import binding
+from perfgrid import binding, lifetime
 from perfgrid.eventloops import uvloop_missing
 
 SERVERS = ("asyncio", "uvloop")
@@ -48,8 +47,6 @@ VALUE_DIGITS = 20
 BODY_BYTES = VALUE_DIGITS + 1
 #: the largest request head a worker accepts
 MAX_HEAD = 16384
-PR_SET_PDEATHSIG = 1
-PARENT_WATCH_S = 0.5
 
 
 def somaxconn() -> int | None:
@@ -213,7 +210,7 @@ def listening_socket(port: int, backlog: int = BACKLOG) -> socket.socket:
     return sock
 
 
-async def _serve(sock: socket.socket, counter: Counter, parent: int, ready: dict) -> None:
+async def _serve(sock: socket.socket, counter: Counter, ready: dict) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -222,21 +219,8 @@ async def _serve(sock: socket.socket, counter: Counter, parent: int, ready: dict
                                         backlog=BACKLOG, limit=MAX_HEAD)
     print(json.dumps(ready), flush=True)
     async with server:
-        while not stop.is_set():
-            if os.getppid() != parent:  # the parent died before PDEATHSIG could fire
-                break
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), PARENT_WATCH_S)
+        await stop.wait()
         server.close()
-
-
-def die_with_parent(parent: int) -> None:
-    """Ask the kernel to SIGKILL us when our parent exits; exit now if it already has."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-    if os.getppid() != parent:
-        sys.exit("perfgrid.httpserver: parent already gone")
 
 
 def worker_main(argv: list[str] | None = None) -> None:
@@ -246,15 +230,13 @@ def worker_main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--database", required=True)
     parser.add_argument("--cpus", default="", help="comma-separated CPUs to pin to")
-    parser.add_argument("--parent", type=int, required=True, help="pid to die with")
     args = parser.parse_args(argv)
-    die_with_parent(args.parent)
     cpus = binding.pin([int(c) for c in args.cpus.split(",")]) if args.cpus else sorted(
         os.sched_getaffinity(0))
     counter = Counter(args.database)
     sock = listening_socket(args.port)
     ready = {"pid": os.getpid(), "cpus": cpus, "port": sock.getsockname()[1]}
-    coro = _serve(sock, counter, args.parent, ready)
+    coro = _serve(sock, counter, ready)
     try:
         if args.server == "uvloop":
             import uvloop
@@ -351,8 +333,8 @@ class ServerGroup:
         self._stderr.append(err)
         cmd = [sys.executable, "-m", "perfgrid.httpserver", "--server", self.server,
                "--port", str(self.port), "--database", self.database,
-               "--cpus", ",".join(map(str, cpus)), "--parent", str(os.getpid())]
-        self.procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+               "--cpus", ",".join(map(str, cpus))]
+        self.procs.append(subprocess.Popen(lifetime.command(cmd), stdin=subprocess.DEVNULL,
                                            stdout=subprocess.PIPE, stderr=err))
 
     def _failure(self, index: int) -> str:

@@ -1,38 +1,94 @@
 """Nothing a benchmark job starts may outlive it.
 
-Two mechanisms, because a job can lose its parent in two ways:
+Three mechanisms, because a job can lose its parent, or its children, in
+three ways:
 
-- a child (pyperf worker, server, load generator) asks the kernel for
-  SIGKILL when its parent dies (``PR_SET_PDEATHSIG``), so killing a job
-  (even with SIGKILL) takes its children with it;
+- every program a job starts (dd, fio, ab, the C programs, erl, the http
+  server workers, the spawn runner) is started through :func:`command`:
+  a small launcher (this file run as a script) asks the kernel for SIGKILL
+  when the job dies (``PR_SET_PDEATHSIG``), checks that the job is still its
+  parent (the job may have died before the ``prctl``) and only then execs
+  the program, which keeps the death signal across ``exec``. No
+  ``preexec_fn`` (unsafe with threads) and no process-group bookkeeping;
+- a child that Python code forks, and a pyperf worker (started by pyperf,
+  not by us), calls :func:`die_with_parent` itself with the pid of the
+  process it must die with, which closes the same race;
 - the job's own harness watches the Snakemake process above it: if Snakemake
   is SIGKILLed, the shell between them survives, so the harness notices,
   kills its process tree and exits.
+
+The kernel sends the death signal when the *thread* that started the child
+exits, so children are started from threads that live as long as the job.
+
+This module imports only the standard library at its top, so that the
+launcher starts in a bare ``python -I -S``; psutil is imported where it is
+used.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import os
 import signal
+import sys
 import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-import psutil
+if TYPE_CHECKING:
+    import psutil
 
 _PR_SET_PDEATHSIG = 1
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+#: exit status of a launcher or worker whose parent was already gone
+ORPHANED = 70
 
 
-def die_with_parent(sig: int = signal.SIGKILL) -> None:
-    """Ask the kernel to send ``sig`` to this process when its parent exits (Linux)."""
-    if _libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0) != 0:
+def die_with_parent(parent: int) -> None:
+    """Have the kernel SIGKILL this process when ``parent`` dies; exit now if it already has.
+
+    The check after ``prctl`` closes the window between fork and ``prctl``:
+    a parent that died in it left us orphaned, and the signal would never come.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:
+        os.write(2, f"perfgrid: parent {parent} already gone, exiting\n".encode())
+        os._exit(ORPHANED)
+
+
+def command(cmd: list[str], cpus: list[int] | None = None) -> list[str]:
+    """``cmd`` run so that it dies with this process (and is confined to ``cpus``).
+
+    Pass the result to ``subprocess`` from the thread (normally the main
+    one) that lives as long as the job.
+    """
+    prefix = [sys.executable, "-I", "-S", str(Path(__file__).resolve()), str(os.getpid())]
+    if cpus:
+        prefix.append("--cpus=" + ",".join(map(str, cpus)))
+    return [*prefix, "--", *cmd]
+
+
+def _launch(argv: list[str]) -> None:
+    """The launcher: ``PARENT [--cpus=LIST] -- PROGRAM ARGS...``; never returns."""
+    split = argv.index("--")
+    parent, options, cmd = int(argv[0]), argv[1:split], argv[split + 1:]
+    die_with_parent(parent)
+    for option in options:
+        if option.startswith("--cpus="):
+            os.sched_setaffinity(0, [int(c) for c in option[len("--cpus="):].split(",")])
+    try:
+        os.execvp(cmd[0], cmd)
+    except OSError as err:
+        os.write(2, f"perfgrid: cannot run {cmd[0]}: {err}\n".encode())
+        os._exit(127)
 
 
 def kill_tree(root: psutil.Process | None = None, include_root: bool = False) -> int:
     """SIGKILL every descendant of ``root`` (default: this process); return how many."""
+    import psutil
+
     root = root or psutil.Process()
     victims = root.children(recursive=True)
     if include_root:
@@ -45,6 +101,8 @@ def kill_tree(root: psutil.Process | None = None, include_root: bool = False) ->
 
 
 def _snakemake_ancestor() -> psutil.Process | None:
+    import psutil
+
     for proc in psutil.Process().parents():
         try:
             if any("snakemake" in part for part in proc.cmdline()[:3]):
@@ -56,6 +114,8 @@ def _snakemake_ancestor() -> psutil.Process | None:
 
 def watch_snakemake(interval: float = 0.5) -> threading.Thread | None:
     """Exit (killing our process tree) if the Snakemake process above us dies."""
+    import psutil
+
     ancestor = _snakemake_ancestor()
     if ancestor is None:
         return None
@@ -74,3 +134,7 @@ def watch_snakemake(interval: float = 0.5) -> threading.Thread | None:
     thread = threading.Thread(target=watch, name="perfgrid-watchdog", daemon=True)
     thread.start()
     return thread
+
+
+if __name__ == "__main__":
+    _launch(sys.argv[1:])

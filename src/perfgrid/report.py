@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from perfgrid import experiments
+from perfgrid import experiments, lifetime
 from perfgrid.analysis import VERDICTS, Claim, module
 from perfgrid.atomic import write_text
 from perfgrid.paths import REPO, Layout
@@ -133,8 +133,8 @@ def _fmt(value: Any) -> str:
 def _git() -> dict[str, str]:
     def run(*args: str) -> str:
         try:
-            return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
-                                  check=True).stdout.strip()
+            return subprocess.run(lifetime.command(["git", *args]), cwd=REPO,
+                                  capture_output=True, text=True, check=True).stdout.strip()
         except (OSError, subprocess.CalledProcessError):
             return ""
     return {"commit": run("rev-parse", "HEAD") or "unknown",

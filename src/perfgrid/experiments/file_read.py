@@ -19,7 +19,7 @@ from typing import Any
 
 from pyperf import perf_counter
 
-from perfgrid import binding, erlang
+from perfgrid import binding, erlang, lifetime
 from perfgrid.experiments.base import Case, Experiment, Point, missing_tool
 from perfgrid.pagecache import CacheState
 
@@ -145,7 +145,7 @@ class ParallelReaders:
 def dd_seconds(path: str, block_size: int) -> float:
     """Run dd over the file and return its own reported copy time."""
     proc = subprocess.run(
-        ["dd", f"if={path}", "of=/dev/null", f"bs={block_size}"],
+        lifetime.command(["dd", f"if={path}", "of=/dev/null", f"bs={block_size}"]),
         capture_output=True, text=True, check=True, env={**os.environ, "LC_ALL": "C"},
     )
     match = re.search(r"copied, ([0-9.eE+-]+) s", proc.stderr)
@@ -165,11 +165,16 @@ def parse_fio_json(text: str) -> dict[str, Any]:
 
 def fio_command(path: str, block_size: int, workers: int, bind: str,
                 cpu_plan: list[list[int]]) -> list[str]:
-    """The fio command line for one point (page-cache reads by ``workers`` jobs)."""
+    """The fio command line for one point (page-cache reads by ``workers`` jobs).
+
+    ``--thread``: the jobs are threads of the fio process (like ``pread_parallel``'s
+    readers), not forked processes, which would outlive a killed fio.
+    """
     size = os.path.getsize(path)
     share = _shares(size, workers)[0][1]
     cmd = [
-        "fio", "--name=perfgrid", f"--filename={path}", "--ioengine=psync", "--iomem=mmap",
+        "fio", "--name=perfgrid", f"--filename={path}", "--thread", "--ioengine=psync",
+        "--iomem=mmap",
         "--invalidate=0", "--rw=read", f"--bs={block_size}", f"--numjobs={workers}",
         f"--size={share}", f"--offset_increment={share}", "--group_reporting",
         "--output-format=json",
@@ -182,7 +187,7 @@ def fio_command(path: str, block_size: int, workers: int, bind: str,
 
 def fio_seconds(cmd: list[str]) -> tuple[float, int]:
     """Run fio; return (seconds the jobs ran, bytes read) from its JSON report."""
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    proc = subprocess.run(lifetime.command(cmd), capture_output=True, text=True, check=True)
     job = parse_fio_json(proc.stdout)["jobs"][0]
     read = job["read"]
     if not read.get("bw_bytes"):

@@ -48,18 +48,23 @@ def keepalive_word(value: Any) -> str:
 
 
 class CorrectnessError(RuntimeError):
-    """A lost or doubled increment: the load's answers disagree with the counter."""
+    """A failed load: requests failed, or the load's answers disagree with the counter."""
 
 
 def check_load(result: httpload.LoadResult, counter: int) -> None:
-    """Fail unless every increment was answered exactly once and the load finished.
+    """Fail unless every request succeeded, every increment was answered exactly once
+    and the load finished.
 
-    ``counter`` is how many increments the server committed during the load.
+    A point's rate is requests over wall time, so a load with failed requests
+    would be recorded as fast (errors come back quickly): any error or non-2xx
+    answer fails the job with the numbers. ``counter`` is how many increments
+    the server committed during the load.
     """
     problems = []
-    if result.ok == 0:
-        problems.append(f"no request succeeded ({result.errors} errors, {result.non2xx} "
-                        f"non-2xx answers)")
+    if result.ok == 0 or result.errors or result.non2xx:
+        problems.append(f"{result.errors} errors and {result.non2xx} non-2xx answers: "
+                        f"{result.ok} of {result.requests} requests succeeded"
+                        + _error_kinds(result))
     if result.timed_out or result.unanswered:
         problems.append(f"the deadline cut the load: {result.completed} answers and "
                         f"{result.errors} errors for {result.requests} requests")
@@ -79,6 +84,15 @@ def check_load(result: httpload.LoadResult, counter: int) -> None:
         raise CorrectnessError(
             f"http load ({result.client}, c={result.concurrency}, "
             f"keepalive={'on' if result.keepalive else 'off'}): " + "; ".join(problems))
+
+
+def _error_kinds(result: httpload.LoadResult) -> str:
+    """`` (kind: count, ...)`` of the load's failures, where the client tells them apart."""
+    kinds = {k: v for k, v in result.detail.items()
+             if k.startswith(("error_", "fail_", "ab_failures")) and v}
+    note = ("; ab counts failures, not failed requests, so the errors are an upper bound"
+            if result.detail.get("ab_failures", 0) > result.errors else "")
+    return f" ({', '.join(f'{k}: {v}' for k, v in kinds.items())}{note})" if kinds else ""
 
 
 class Http(Experiment):

@@ -29,7 +29,7 @@ from typing import Any
 import psutil
 from pyperf import perf_counter
 
-from perfgrid import binding, erlang
+from perfgrid import binding, erlang, lifetime
 from perfgrid.eventloops import loop_factory, uvloop_missing
 from perfgrid.experiments.base import Case, Experiment, Metadata, Point, missing_tool
 
@@ -295,7 +295,8 @@ def native_command(path: str, workers: int, rounds: int, plan: list[list[int]]) 
 
 def run_native(cmd: list[str]) -> dict[str, Any]:
     """Run the C ring once; its JSON report (seconds, set-up, CPU, switches, CPUs)."""
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=600)
+    proc = subprocess.run(lifetime.command(cmd), capture_output=True, text=True, check=False,
+                          timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd[0]} exited {proc.returncode}: {proc.stderr.strip()}")
     return json.loads(proc.stdout)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyperf import perf_counter
 
-from perfgrid import binding, erlang
+from perfgrid import binding, erlang, lifetime
 from perfgrid.experiments.base import Case, Experiment, Metadata, Point, missing_tool
 
 if TYPE_CHECKING:  # pandas stays out of the workers that fork
@@ -248,11 +248,7 @@ def lean_runner_main() -> None:
     import sys
     import time
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    harness = os.getppid()
-    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: die with the harness
-    if os.getppid() != harness:
-        os._exit(3)
+    libc = ctypes.CDLL(None, use_errno=True)  # it dies with the harness: lifetime.command
     if libc.prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
     variant = sys.argv[1]
@@ -407,8 +403,9 @@ class LeanRunner:
                  runner_cpus: list[int]) -> None:
         source = textwrap.dedent(inspect.getsource(lean_runner_main)) + "\nlean_runner_main()\n"
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", source, variant, json.dumps(lengths),
-             json.dumps(cpu_plan), json.dumps(runner_cpus)],
+            lifetime.command([sys.executable, "-I", "-S", "-c", source, variant,
+                              json.dumps(lengths), json.dumps(cpu_plan),
+                              json.dumps(runner_cpus)]),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.cpus: list[list[int]] = []
 
@@ -653,7 +650,8 @@ def _report_timer(one_pass: Callable[[], dict[str, Any]], total: int,
 
 def _run_native(cmd: list[str]) -> dict[str, Any]:
     """Run the C program once; its JSON report."""
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=600)
+    proc = subprocess.run(lifetime.command(cmd), capture_output=True, text=True, check=False,
+                          timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:4])} exited {proc.returncode}: "
                            f"{proc.stderr.strip()[-500:]}")

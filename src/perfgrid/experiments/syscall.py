@@ -120,9 +120,7 @@ class Workers:
         try:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-            lifetime.die_with_parent()
-            if os.getppid() != parent:
-                os._exit(3)
+            lifetime.die_with_parent(parent)
             if cpus is not None:
                 binding.pin(cpus)
             os.write(done_w, _DONE.pack(index, 0, 0.0))
@@ -245,7 +243,8 @@ def native_command(binary: str, call: str, calls_per_worker: int,
 
 def run_native(cmd: list[str]) -> dict[str, Any]:
     """Run the C program once; its JSON report."""
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=600)
+    proc = subprocess.run(lifetime.command(cmd), capture_output=True, text=True, check=False,
+                          timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd[0]} exited {proc.returncode}: {proc.stderr.strip()}")
     return json.loads(proc.stdout)
