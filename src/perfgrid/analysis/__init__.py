@@ -149,3 +149,41 @@ def best_row(rows):
 def median_of(parts: list[Estimate], how: Callable = np.median) -> Estimate:
     """The median of several estimates (ratios over a grid), with its interval."""
     return reduce(parts, how)
+
+
+def observed_estimate(row, key, seed: int | None = None) -> Estimate:
+    """The mean over worker processes of one per-process observation of ``row``, with its
+    interval: ``key`` names a ``process_metadata`` entry (``sys_share``, ``wall_s``) or is a
+    function of one process's dict (``lambda d: d["wall_s"] * d["cpu_pct"]``).
+
+    Each process gives one value, so processes are the replicates (:func:`mean_estimate`).
+    A row without ``process_metadata`` (a hand-made table), or whose processes lack the
+    key, gives the row's own figure without an interval, and so an inconclusive verdict;
+    a row whose rate is NaN gives no figure at all.
+    """
+    import json
+
+    from perfgrid.stats import mean_estimate, seed_for
+
+    name = key if isinstance(key, str) else getattr(key, "__name__", "derived")
+    try:  # the row's own figure, shown where no interval can be had
+        point = float(row.get(key) if isinstance(key, str) else key(row))
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        point = math.nan
+    rate = row.get("rate")
+    if isinstance(rate, float | int) and not math.isfinite(float(rate)):
+        return Estimate.unknown(math.nan, "NaN rate: the point measured nothing")
+    raw = row.get("process_metadata")
+    if not isinstance(raw, str | list) or not raw:
+        return Estimate.unknown(point, "no per-process values")
+    processes = json.loads(raw) if isinstance(raw, str) else raw
+    try:
+        values = [float(p[key]) if isinstance(key, str) else float(key(p)) for p in processes]
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return Estimate.unknown(point, f"no per-process {name}")
+    if not values:
+        return Estimate.unknown(point, "no per-process values")
+    if seed is None:
+        seed = seed_for(row.get("experiment"), row.get("runtime"), row.get("result_file"),
+                        raw if isinstance(raw, str) else json.dumps(raw), name)
+    return mean_estimate([[v] for v in values], seed=seed)
