@@ -25,6 +25,7 @@ from snakemake.utils import validate
 from synthetic import row, single
 
 from perfgrid import binding
+from perfgrid.aggregate import rate_estimate
 from perfgrid.analysis import spawn as analysis
 from perfgrid.experiments import get
 from perfgrid.experiments import spawn as spawn_mod
@@ -429,6 +430,31 @@ def test_analysis_plots_and_every_claim_is_inconclusive_without_rows(tmp_path):
     assert len(analysis.claims(table[table["runtime"] != "erlang"])) == 4
     assert {r["chains"] for r in analysis.SEED_ROWS} == {1, 10, 100}
     assert all("000_" in r["source"] for r in analysis.SEED_ROWS)
+
+
+def with_intervals(rows: list[dict]) -> pd.DataFrame:
+    """The table with its rate intervals, as aggregate writes them."""
+    table = pd.DataFrame(rows)
+    bounds = [rate_estimate(r).interval() for _, r in table.iterrows()]
+    return table.assign(rate_ci_low=[b[0] for b in bounds], rate_ci_high=[b[1] for b in bounds])
+
+
+def test_rate_plot_draws_each_rows_interval(tmp_path, monkeypatch):
+    import matplotlib.container
+
+    bars = []
+    real = analysis.save
+
+    def keep(fig, out_dir, name):
+        bars.extend((name, c) for ax in fig.axes for c in ax.containers
+                    if isinstance(c, matplotlib.container.ErrorbarContainer))
+        return real(fig, out_dir, name)
+
+    monkeypatch.setattr(analysis, "save", keep)
+    table = with_intervals(spawn_rows())
+    analysis.plot(table, tmp_path)
+    assert {name for name, _ in bars} == {"rate_by_chains"}
+    assert sum(len(c.lines[2][0].get_segments()) for _, c in bars) == len(table)
 
 
 def test_notes_compare_python_with_c():

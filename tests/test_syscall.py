@@ -20,6 +20,7 @@ from snakemake.utils import validate
 from synthetic import per_process, row, single
 
 from perfgrid import binding
+from perfgrid.aggregate import rate_estimate
 from perfgrid.analysis import syscall as analysis
 from perfgrid.experiments import get
 from perfgrid.experiments import syscall as syscall_mod
@@ -436,6 +437,26 @@ def test_analysis_plots_and_every_claim_is_inconclusive_without_rows(tmp_path):
     assert all(c.verdict == "inconclusive" for c in analysis.claims(table.iloc[0:0]))
     assert analysis.SEED_ROWS[0]["rate"] == 30_000_000.0 and "002_" in analysis.SEED_ROWS[0][
         "source"]
+
+
+def test_rate_plot_draws_each_rows_interval(tmp_path, monkeypatch):
+    import matplotlib.container
+
+    bars = []
+    real = analysis.save
+
+    def keep(fig, out_dir, name):
+        bars.extend((name, c) for ax in fig.axes for c in ax.containers
+                    if isinstance(c, matplotlib.container.ErrorbarContainer))
+        return real(fig, out_dir, name)
+
+    monkeypatch.setattr(analysis, "save", keep)
+    table = pd.DataFrame(syscall_rows())
+    bounds = [rate_estimate(r).interval() for _, r in table.iterrows()]
+    table = table.assign(rate_ci_low=[b[0] for b in bounds], rate_ci_high=[b[1] for b in bounds])
+    analysis.plot(table, tmp_path)
+    assert {name for name, _ in bars} == {"rate_by_workers"}
+    assert sum(len(c.lines[2][0].get_segments()) for _, c in bars) == len(table)
 
 
 def test_notes_compare_python_with_c():

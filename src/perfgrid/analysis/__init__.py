@@ -187,3 +187,30 @@ def observed_estimate(row, key, seed: int | None = None) -> Estimate:
         seed = seed_for(row.get("experiment"), row.get("runtime"), row.get("result_file"),
                         raw if isinstance(raw, str) else json.dumps(raw), name)
     return mean_estimate([[v] for v in values], seed=seed)
+
+
+def error_bars(grid, x: str, y: str, hue: str, palette: dict, scale: float = 1.0) -> None:
+    """Draw each row's 95 % rate interval (``rate_ci_low``/``rate_ci_high`` over ``scale``)
+    as a vertical error bar on the facets of ``grid``, coloured as its ``hue`` level.
+
+    Rows without an interval get no bar; a table without the columns is left as it is.
+    """
+    data = grid.data
+    if "rate_ci_low" not in data or not data["rate_ci_low"].notna().any():
+        return
+
+    def draw(data, color=None, **_):
+        import matplotlib.pyplot as plt
+
+        rows = data.dropna(subset=["rate_ci_low", "rate_ci_high"])
+        for level, group in rows.groupby(hue):
+            centre = group[y].to_numpy(dtype=float)
+            low = group["rate_ci_low"].to_numpy(dtype=float) / scale
+            high = group["rate_ci_high"].to_numpy(dtype=float) / scale
+            plt.gca().errorbar(group[x].to_numpy(dtype=float), centre,
+                               yerr=[np.clip(centre - low, 0, None),
+                                     np.clip(high - centre, 0, None)],
+                               fmt="none", ecolor=palette.get(level, "black"), elinewidth=1,
+                               capsize=2)
+
+    grid.map_dataframe(draw)

@@ -14,6 +14,7 @@ from perfgrid.analysis import (  # noqa: E402
     Claim,
     best_row,
     by_runtime,
+    error_bars,
     inconclusive,
     judged,
     rate_at,
@@ -71,9 +72,11 @@ def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
     sns.set_theme(style="whitegrid", context="paper")
     order = [b for b in ("none", "single", "compact", "spread") if b in set(table["binding"])]
     hue_order = [v for v in ORDER if v in set(table["variant"])]
+    palette = dict(zip(hue_order, sns.color_palette(n_colors=len(hue_order)), strict=True))
     grid = sns.relplot(data=table, x="chains", y="rate", hue="variant", hue_order=hue_order,
-                       style="runtime", col="binding", col_order=order, kind="line",
-                       marker="o", height=3.2, aspect=0.9)
+                       palette=palette, style="runtime", col="binding", col_order=order,
+                       kind="line", marker="o", height=3.2, aspect=0.9)
+    error_bars(grid, "chains", "rate", "variant", palette)
     grid.set(xscale="log", yscale="log", xlabel="chains running at once",
              ylabel="spawns/s (log)")
     grid.figure.suptitle("spawn: create+teardown rate by primitive and chains, per binding "

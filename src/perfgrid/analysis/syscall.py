@@ -14,6 +14,7 @@ import seaborn as sns  # noqa: E402
 
 from perfgrid.analysis import (  # noqa: E402
     Claim,
+    error_bars,
     inconclusive,
     judged,
     observed_estimate,
@@ -55,9 +56,12 @@ def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
     sns.set_theme(style="whitegrid", context="paper")
     order = [b for b in ("none", "single", "compact", "spread") if b in set(table["binding"])]
     data = table.assign(m_calls_per_s=table["rate"] / 1e6)
-    grid = sns.relplot(data=data, x="workers", y="m_calls_per_s", hue="call", style="runtime",
-                       col="binding", col_order=order, kind="line", marker="o",
-                       height=3.2, aspect=0.9)
+    calls = sorted(set(table["call"]))
+    palette = dict(zip(calls, sns.color_palette(n_colors=len(calls)), strict=True))
+    grid = sns.relplot(data=data, x="workers", y="m_calls_per_s", hue="call", palette=palette,
+                       style="runtime", col="binding", col_order=order, kind="line",
+                       marker="o", height=3.2, aspect=0.9)
+    error_bars(grid, "workers", "m_calls_per_s", "call", palette, scale=1e6)
     grid.set(xscale="log", yscale="log", xlabel="workers (processes)",
              ylabel="calls/s in total (millions, log)")
     for ax in grid.axes.flat:
