@@ -30,3 +30,17 @@ def row(rate: float, *, cv: float = 0.01, processes: int = 4, values: int = 5,
 def single(rate: float, **columns: Any) -> dict[str, Any]:
     """A row measured once: no interval."""
     return row(rate, processes=1, values=1, **columns)
+
+
+def per_process(processes: int = 4, cv: float = 0.01, seed: int = 0,
+                **means: float) -> list[dict[str, float]]:
+    """Per-process observations (a ``process_metadata`` list): each key of ``means`` seen
+    by every process with noise ``cv``, its mean over the processes exactly the given value.
+    ``json.dumps`` it into a row's ``process_metadata`` column."""
+    rng = np.random.default_rng(seed + 7919)
+    out: list[dict[str, float]] = [{} for _ in range(processes)]
+    for key, mean in means.items():
+        noise = np.exp(rng.normal(0, cv, processes))
+        for process, value in zip(out, noise / noise.mean() * mean, strict=True):
+            process[key] = float(value)
+    return out

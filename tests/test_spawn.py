@@ -6,6 +6,7 @@ import ast
 import builtins
 import copy
 import inspect
+import json
 import os
 import shutil
 import signal
@@ -21,8 +22,10 @@ import psutil
 import pytest
 import yaml
 from snakemake.utils import validate
+from synthetic import row, single
 
 from perfgrid import binding
+from perfgrid.aggregate import rate_estimate
 from perfgrid.analysis import spawn as analysis
 from perfgrid.experiments import get
 from perfgrid.experiments import spawn as spawn_mod
@@ -271,30 +274,189 @@ def test_schema_rejects_bad_values_naming_the_key(key, value, needle):
     assert needle in str(info.value) + str(info.value.__cause__ or "")
 
 
-def synthetic_table() -> pd.DataFrame:
-    rows = []
-    rates = {"asyncio_task": (250e3, "python", 0.0), "thread": (8e3, "python", 0.6),
-             "native_pthread": (40e3, "native", 0.9), "fork": (800.0, "python", 0.3)}
-    for variant, (rate, runtime, sys_share) in rates.items():
-        for bind in ("none", "single"):
-            for chains in (1, 10, 100):
-                r = rate * (1.5 if bind == "single" and variant != "asyncio_task" else 1.0)
-                if variant == "asyncio_task" and chains == 1:
-                    r /= 1.6  # one epoll_wait per spawn
-                rows.append({"variant": variant, "runtime": runtime, "binding": bind,
-                             "chains": chains, "total": 1000, "rate": r,
-                             "sys_share": sys_share, "cpu_us_per_spawn": 1e6 / r})
-    return pd.DataFrame(rows)
+# -- claims, decided by intervals -------------------------------------------------------
+#: each claim of analysis.claims, in order: (its threshold, the side it claims)
+SPAWN_CLAIMS = {
+    "syscall_costs": (analysis.SYSCALL_COSTS, "above"),
+    "native_single_beats_smp": (analysis.SINGLE_BEATS, "above"),
+    "thread_single_beats_smp": (analysis.SINGLE_BEATS, "above"),
+    "us_per_spawn": (analysis.ABOUT_US, "below"),
+    "erlang_single_beats_smp": (analysis.SINGLE_BEATS, "above"),
+    "erlang_us_per_spawn": (analysis.ABOUT_US, "below"),
+}
+CLAIM_NAMES = list(SPAWN_CLAIMS)
+#: a quantity clearly below its threshold, at it, clearly above
+LEVELS = {"below": 0.8, "at": 1.0, "above": 1.25}
+EXPECTED = {("above", "above"): "reproduced", ("above", "below"): "not reproduced",
+            ("below", "below"): "reproduced", ("below", "above"): "not reproduced"}
 
 
-def test_analysis_plots_and_decides_claims_from_a_table(tmp_path):
-    table = synthetic_table()
+def expected(claim: str, level: str) -> str:
+    return "inconclusive" if level == "at" else EXPECTED[(SPAWN_CLAIMS[claim][1], level)]
+
+
+def spawn_rows(**q: float) -> list[dict]:
+    """Rows whose compared quantities are ``q`` (claim name -> value), reproduced by default.
+
+    The fastest 1-chain port is asyncio_task under binding none, ten times any other;
+    the best Erlang binding is single.
+    """
+    q = {"syscall_costs": 1.6, "native_single_beats_smp": 1.5, "thread_single_beats_smp": 1.5,
+         "us_per_spawn": 0.5, "erlang_single_beats_smp": 1.5, "erlang_us_per_spawn": 0.5, **q}
+    fast = 1e6 / q["us_per_spawn"]
+    pthread, thread = fast / 10, fast / 100
+    erl_single = 1e6 / q["erlang_us_per_spawn"]
+    specs = [
+        ("asyncio_task", "python", "none", 1, fast),
+        ("asyncio_task", "python", "none", 100, fast * q["syscall_costs"]),
+        ("asyncio_task", "python", "single", 1, fast / 20),
+        ("native_pthread", "native", "none", 1, pthread),
+        ("native_pthread", "native", "single", 1, pthread * q["native_single_beats_smp"]),
+        ("thread", "python", "none", 1, thread),
+        ("thread", "python", "single", 1, thread * q["thread_single_beats_smp"]),
+        ("erlang", "erlang", "single", 1, erl_single),
+        ("erlang", "erlang", "none", 1, erl_single / q["erlang_single_beats_smp"]),
+        ("erlang", "erlang", "compact", 1, erl_single / 3),
+        ("erlang", "erlang", "none", 10, erl_single / 3),
+    ]
+    return [row(rate, seed=i, variant=variant, runtime=runtime, binding=bind, chains=chains,
+                total=1000, sys_share=0.3, cpu_us_per_spawn=1e6 / rate)
+            for i, (variant, runtime, bind, chains, rate) in enumerate(specs)]
+
+
+def spawn_claims(rows: list[dict]) -> dict:
+    claims = analysis.claims(pd.DataFrame(rows))
+    assert len(claims) == len(CLAIM_NAMES)
+    return dict(zip(CLAIM_NAMES, claims, strict=True))
+
+
+#: for each claim, a row it compares: (variant, binding, chains)
+OWN_ROW = {
+    "syscall_costs": ("asyncio_task", "none", 100),
+    "native_single_beats_smp": ("native_pthread", "single", 1),
+    "thread_single_beats_smp": ("thread", "single", 1),
+    "us_per_spawn": ("asyncio_task", "none", 1),
+    "erlang_single_beats_smp": ("erlang", "none", 1),
+    "erlang_us_per_spawn": ("erlang", "single", 1),
+}
+
+
+def is_own(r: dict, claim: str) -> bool:
+    return (r["variant"], r["binding"], r["chains"]) == OWN_ROW[claim]
+
+
+def test_default_spawn_table_reproduces_every_claim():
+    assert {c.verdict for c in spawn_claims(spawn_rows()).values()} == {"reproduced"}
+
+
+@pytest.mark.parametrize("level", list(LEVELS))
+@pytest.mark.parametrize("claim", CLAIM_NAMES)
+def test_each_spawn_claim_is_decided_by_its_interval(claim, level):
+    threshold, _ = SPAWN_CLAIMS[claim]
+    got = spawn_claims(spawn_rows(**{claim: threshold * LEVELS[level]}))[claim]
+    assert got.verdict == expected(claim, level), (got.measured, got.reason)
+    assert "[" in got.measured and "]" in got.measured
+    assert got.ci_low < got.value < got.ci_high
+    assert got.threshold == threshold
+    assert ("straddles" if level == "at" else "wholly") in got.reason
+    others = [c for name, c in spawn_claims(spawn_rows(**{claim: threshold * LEVELS[level]}))
+              .items() if name != claim]
+    assert {c.verdict for c in others} == {"reproduced"}  # each claim reads its own rows
+
+
+MISSING = {
+    "syscall_costs": (lambda r: is_own(r, "syscall_costs"), "no asyncio_task rows at 1 and 100"),
+    "native_single_beats_smp": (lambda r: r["variant"] == "native_pthread"
+                                and r["binding"] == "single", "no 1-chain native_pthread"),
+    "thread_single_beats_smp": (lambda r: r["variant"] == "thread" and r["binding"] == "single",
+                                "no 1-chain thread rows"),
+    "us_per_spawn": (lambda r: r["runtime"] != "erlang" and r["chains"] == 1,
+                     "no 1-chain rows"),
+    "erlang_single_beats_smp": (lambda r: is_own(r, "erlang_single_beats_smp"),
+                                "no 1-chain erlang rows under both"),
+    "erlang_us_per_spawn": (lambda r: r["runtime"] == "erlang" and r["chains"] == 1,
+                            "no 1-chain erlang rows"),
+}
+
+
+@pytest.mark.parametrize("claim", CLAIM_NAMES)
+def test_each_spawn_claim_without_its_rows_is_inconclusive(claim):
+    drop, reason = MISSING[claim]
+    got = spawn_claims([r for r in spawn_rows() if not drop(r)])[claim]
+    assert got.verdict == "inconclusive" and reason in got.reason
+
+
+@pytest.mark.parametrize("claim", CLAIM_NAMES)
+def test_a_nan_rate_makes_its_spawn_claim_inconclusive(claim):
+    rows = spawn_rows()
+    for r in rows:
+        if is_own(r, claim):
+            r.update(rate=float("nan"), process_values=json.dumps([[float("nan")] * 5] * 4))
+    got = spawn_claims(rows)[claim]
+    assert got.verdict == "inconclusive"
+    assert "no estimate" in got.reason or "NaN" in got.reason, got.reason
+
+
+@pytest.mark.parametrize("claim", CLAIM_NAMES)
+def test_a_one_value_row_gives_its_spawn_claim_no_interval(claim):
+    rows = [single(r["rate"], **{k: v for k, v in r.items() if k not in NOT_AXES})
+            if is_own(r, claim) else r for r in spawn_rows()]
+    got = spawn_claims(rows)[claim]
+    assert got.verdict == "inconclusive"
+    assert "no interval" in got.reason and "no interval" in got.measured
+
+
+NOT_AXES = {"rate", "work_per_loop", "process_values", "n_processes", "n_values"}
+
+
+def test_fastest_port_is_named_with_its_runtime():
+    got = spawn_claims(spawn_rows())["us_per_spawn"]
+    assert "asyncio_task, none" in got.measured and got.runtime == "python"
+    assert got.measured.startswith("0.50 us [")
+
+
+def test_hand_made_table_without_raw_values_is_inconclusive_for_every_claim():
+    rows = [{k: v for k, v in r.items() if k != "process_values"} for r in spawn_rows()]
+    claims = analysis.claims(pd.DataFrame(rows))
+    assert [c.verdict for c in claims] == ["inconclusive"] * 6
+    assert all("no raw values" in c.reason for c in claims)
+
+
+def test_analysis_plots_and_every_claim_is_inconclusive_without_rows(tmp_path):
+    table = pd.DataFrame(spawn_rows())
     written = analysis.plot(table[table["binding"] == "none"], tmp_path)
     assert {p.stem for p in written} >= {"rate_by_chains", "cpu_per_spawn"}
-    verdicts = [c.verdict for c in analysis.claims(table)]
-    # a per-spawn syscall costs; one CPU beats SMP (C, Python); but 0.5 us is out of reach
-    assert verdicts == ["reproduced", "reproduced", "reproduced", "not reproduced"]
     assert all(c.verdict == "inconclusive" for c in analysis.claims(table.iloc[0:0]))
-    assert len(analysis.notes(table)) == 1
+    assert len(analysis.claims(table[table["runtime"] != "erlang"])) == 4
     assert {r["chains"] for r in analysis.SEED_ROWS} == {1, 10, 100}
     assert all("000_" in r["source"] for r in analysis.SEED_ROWS)
+
+
+def with_intervals(rows: list[dict]) -> pd.DataFrame:
+    """The table with its rate intervals, as aggregate writes them."""
+    table = pd.DataFrame(rows)
+    bounds = [rate_estimate(r).interval() for _, r in table.iterrows()]
+    return table.assign(rate_ci_low=[b[0] for b in bounds], rate_ci_high=[b[1] for b in bounds])
+
+
+def test_rate_plot_draws_each_rows_interval(tmp_path, monkeypatch):
+    import matplotlib.container
+
+    bars = []
+    real = analysis.save
+
+    def keep(fig, out_dir, name):
+        bars.extend((name, c) for ax in fig.axes for c in ax.containers
+                    if isinstance(c, matplotlib.container.ErrorbarContainer))
+        return real(fig, out_dir, name)
+
+    monkeypatch.setattr(analysis, "save", keep)
+    table = with_intervals(spawn_rows())
+    analysis.plot(table, tmp_path)
+    assert {name for name, _ in bars} == {"rate_by_chains"}
+    assert sum(len(c.lines[2][0].get_segments()) for _, c in bars) == len(table)
+
+
+def test_notes_compare_python_with_c():
+    table = pd.DataFrame(spawn_rows())
+    assert len(analysis.notes(table)) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import os
 import shutil
 import signal
@@ -16,8 +17,10 @@ import psutil
 import pytest
 import yaml
 from snakemake.utils import validate
+from synthetic import per_process, row, single
 
 from perfgrid import binding
+from perfgrid.aggregate import rate_estimate
 from perfgrid.analysis import syscall as analysis
 from perfgrid.experiments import get
 from perfgrid.experiments import syscall as syscall_mod
@@ -250,32 +253,212 @@ def test_schema_rejects_bad_values_naming_the_key(key, value, needle):
     assert needle in str(info.value) + str(info.value.__cause__ or "")
 
 
-def synthetic_table() -> pd.DataFrame:
-    rows = []
-    for runtime, per_cpu in (("native", 7e6), ("python", 4.5e6)):
-        for bind in ("none", "single", "spread"):
-            for workers in (1, 2, 4, 8):
-                cpus = 1 if bind == "single" else min(workers, 2)
-                for call, speed, sys_share in (("getuid", 1.0, 0.6), ("clock_gettime", 5.0, 0.0)):
-                    rows.append({
-                        "runtime": runtime, "variant": runtime, "call": call, "binding": bind,
-                        "workers": workers, "rate": per_cpu * speed * cpus,
-                        "calls_per_cpu_s": per_cpu * speed, "sys_share": sys_share,
-                        "binding_plan": binding.describe(binding.plan(
-                            bind, workers, [binding.Cpu(0, c, c) for c in range(2)]))})
-    return pd.DataFrame(rows)
+# -- claims, decided by intervals -------------------------------------------------------
+#: each claim of analysis.claims, in order: (its threshold, the side it claims); the vDSO
+#: claim is two-sided, each side a quantity of its own
+SYSCALL_CLAIMS = {
+    "native_linear": (analysis.LINEAR, "above"),
+    "native_no_further": (analysis.NO_FURTHER, "below"),
+    "python_linear": (analysis.LINEAR, "above"),
+    "python_no_further": (analysis.NO_FURTHER, "below"),
+    "no_contention": (analysis.NO_CONTENTION, "above"),
+    "vdso_clock_sys": (analysis.VDSO_SYS, "below"),
+    "vdso_getuid_sys": (analysis.VDSO_SYS, "above"),
+}
+QUANTITIES = list(SYSCALL_CLAIMS)
+#: the claim (its place in the list) each quantity decides
+CLAIM_OF = {"native_linear": 0, "native_no_further": 1, "python_linear": 2,
+            "python_no_further": 3, "no_contention": 4, "vdso_clock_sys": 5,
+            "vdso_getuid_sys": 5}
+LEVELS = {"below": 0.8, "at": 1.0, "above": 1.25}
+EXPECTED = {("above", "above"): "reproduced", ("above", "below"): "not reproduced",
+            ("below", "below"): "reproduced", ("below", "above"): "not reproduced"}
+TWO_CPUS = [binding.Cpu(0, c, c) for c in range(2)]
 
 
-def test_analysis_plots_and_decides_claims_from_a_table(tmp_path):
-    table = synthetic_table()
-    written = analysis.plot(table[table["binding"] != "none"], tmp_path)
+def expected(quantity: str, level: str) -> str:
+    return "inconclusive" if level == "at" else EXPECTED[(SYSCALL_CLAIMS[quantity][1], level)]
+
+
+def syscall_rows(**q: float) -> list[dict]:
+    """Bound (spread) rows on 2 CPUs at 1, 2, 4, 8 workers per runtime, with per-process
+    CPU observations; the compared quantities are ``q``, reproduced by default."""
+    q = {"native_linear": 1.9, "native_no_further": 1.0, "python_linear": 1.9,
+         "python_no_further": 1.0, "no_contention": 1.0, "vdso_clock_sys": 0.001,
+         "vdso_getuid_sys": 0.6, **q}
+    out = []
+    for runtime, one in (("native", 7e6), ("python", 4.5e6)):
+        two = one * q[f"{runtime}_linear"]
+        rates = {1: one, 2: two, 4: two, 8: two * q[f"{runtime}_no_further"]}
+        for workers, rate in rates.items():
+            per_cpu = one * (q["no_contention"] if workers == 8 and runtime == "native" else 1)
+            for call, sys_share, speed in (("getuid", q["vdso_getuid_sys"], 1.0),
+                                           ("clock_gettime", q["vdso_clock_sys"], 5.0)):
+                seed = len(out)
+                meta = per_process(seed=seed, sys_share=sys_share,
+                                   calls_per_cpu_s=per_cpu * speed)
+                out.append(row(rate * speed, seed=seed, runtime=runtime, variant=runtime,
+                               call=call, binding="spread", workers=workers,
+                               calls_per_cpu_s=per_cpu * speed, sys_share=sys_share,
+                               process_metadata=json.dumps(meta),
+                               binding_plan=binding.describe(
+                                   binding.plan("spread", workers, TWO_CPUS))))
+    return out
+
+
+def syscall_claims(rows: list[dict]) -> list:
+    claims = analysis.claims(pd.DataFrame(rows))
+    assert len(claims) == 6
+    return claims
+
+
+#: for each quantity, the row (runtime, call, workers) it reads beside its baseline
+OWN_ROW = {
+    "native_linear": ("native", "getuid", 2),
+    "native_no_further": ("native", "getuid", 8),
+    "python_linear": ("python", "getuid", 2),
+    "python_no_further": ("python", "getuid", 8),
+    "no_contention": ("native", "getuid", 8),
+    "vdso_clock_sys": ("native", "clock_gettime", 1),
+    "vdso_getuid_sys": ("native", "getuid", 1),
+}
+
+
+def is_own(r: dict, quantity: str) -> bool:
+    return (r["runtime"], r["call"], r["workers"]) == OWN_ROW[quantity]
+
+
+def test_default_syscall_table_reproduces_every_claim():
+    claims = syscall_claims(syscall_rows())
+    assert [c.verdict for c in claims] == ["reproduced"] * 6, [c.reason for c in claims]
+
+
+@pytest.mark.parametrize("level", list(LEVELS))
+@pytest.mark.parametrize("quantity", QUANTITIES)
+def test_each_syscall_claim_is_decided_by_its_interval(quantity, level):
+    threshold, _ = SYSCALL_CLAIMS[quantity]
+    claims = syscall_claims(syscall_rows(**{quantity: threshold * LEVELS[level]}))
+    got = claims[CLAIM_OF[quantity]]
+    assert got.verdict == expected(quantity, level), (got.measured, got.reason)
+    assert "[" in got.measured and "]" in got.measured
+    assert ("straddles" if level == "at" else "wholly") in got.reason
+    others = [c for i, c in enumerate(claims) if i != CLAIM_OF[quantity]]
+    assert {c.verdict for c in others} == {"reproduced"}
+
+
+def test_vdso_claim_is_judged_on_each_side():
+    got = syscall_claims(syscall_rows())[5]
+    assert got.reason.startswith("clock_gettime: interval") and "; getuid: interval" in got.reason
+    assert got.reason.count("wholly") == 2
+    # one side wrong and the other undecided: not reproduced
+    got = syscall_claims(syscall_rows(vdso_clock_sys=0.05, vdso_getuid_sys=0.04))[5]
+    assert got.verdict == "not reproduced" and got.threshold == analysis.VDSO_SYS
+    # both sides undecided: inconclusive
+    got = syscall_claims(syscall_rows(vdso_clock_sys=0.05, vdso_getuid_sys=0.05))[5]
+    assert got.verdict == "inconclusive" and got.reason.count("straddles") == 2
+
+
+def test_a_vdso_call_with_no_sys_time_at_all_has_no_interval():
+    """Every process at exactly 0 % sys: the spread is unknown, and so is the verdict."""
+    rows = syscall_rows()
+    for r in rows:
+        if is_own(r, "vdso_clock_sys"):
+            r["process_metadata"] = json.dumps([{"sys_share": 0.0}] * 4)
+    got = syscall_claims(rows)[5]
+    assert got.verdict == "inconclusive" and "spread unknown" in got.reason
+
+
+MISSING = {
+    "native_linear": (lambda r: is_own(r, "native_linear"), "at 1 and 2 workers"),
+    "native_no_further": (lambda r: r["runtime"] == "native" and r["workers"] > 2,
+                          "at the CPU count and beyond"),
+    "python_linear": (lambda r: is_own(r, "python_linear"), "at 1 and 2 workers"),
+    "python_no_further": (lambda r: r["runtime"] == "python" and r["workers"] > 2,
+                          "at the CPU count and beyond"),
+    "no_contention": (lambda r: r["runtime"] == "native" and r["call"] == "getuid"
+                      and r["workers"] == 1, "no native bound getuid rows at 1 and more"),
+    "vdso_clock_sys": (lambda r: r["call"] == "clock_gettime",
+                       "no native 1-worker clock_gettime and getuid rows"),
+    "vdso_getuid_sys": (lambda r: r["call"] == "getuid" and r["workers"] == 1,
+                        "no native 1-worker clock_gettime and getuid rows"),
+}
+
+
+@pytest.mark.parametrize("quantity", QUANTITIES)
+def test_each_syscall_claim_without_its_rows_is_inconclusive(quantity):
+    drop, reason = MISSING[quantity]
+    got = syscall_claims([r for r in syscall_rows() if not drop(r)])[CLAIM_OF[quantity]]
+    assert got.verdict == "inconclusive" and reason in got.reason, got.reason
+
+
+def test_cpu_time_claims_need_per_process_observations():
+    rows = [{k: v for k, v in r.items() if k != "process_metadata"} for r in syscall_rows()]
+    claims = syscall_claims(rows)
+    assert [c.verdict for c in claims[:4]] == ["reproduced"] * 4
+    for got in claims[4:]:
+        assert got.verdict == "inconclusive" and "no per-process values" in got.reason
+    rows = [{k: v for k, v in r.items() if k != "calls_per_cpu_s"} for r in syscall_rows()]
+    got = syscall_claims(rows)[4]
+    assert got.verdict == "inconclusive" and "with CPU times" in got.reason
+
+
+@pytest.mark.parametrize("quantity", QUANTITIES)
+def test_a_nan_rate_makes_its_syscall_claim_inconclusive(quantity):
+    rows = syscall_rows()
+    for r in rows:
+        if is_own(r, quantity):
+            r.update(rate=float("nan"), process_values=json.dumps([[float("nan")] * 5] * 4))
+    got = syscall_claims(rows)[CLAIM_OF[quantity]]
+    assert got.verdict == "inconclusive"
+    assert "no estimate" in got.reason or "NaN" in got.reason, got.reason
+
+
+NOT_AXES = {"rate", "work_per_loop", "process_values", "n_processes", "n_values",
+            "process_metadata"}
+
+
+@pytest.mark.parametrize("quantity", QUANTITIES)
+def test_a_one_value_row_gives_its_syscall_claim_no_interval(quantity):
+    rows = syscall_rows()
+    for i, r in enumerate(rows):
+        if is_own(r, quantity):
+            one = json.loads(r["process_metadata"])[:1]
+            rows[i] = single(r["rate"], process_metadata=json.dumps(one),
+                             **{k: v for k, v in r.items() if k not in NOT_AXES})
+    got = syscall_claims(rows)[CLAIM_OF[quantity]]
+    assert got.verdict == "inconclusive"
+    assert "no interval" in got.reason and "no interval" in got.measured
+
+
+def test_analysis_plots_and_every_claim_is_inconclusive_without_rows(tmp_path):
+    table = pd.DataFrame(syscall_rows())
+    written = analysis.plot(table, tmp_path)
     assert {p.stem for p in written} >= {"rate_by_workers", "calls_per_cpu_second"}
-    claims = analysis.claims(table)
-    assert [c.verdict for c in claims] == ["reproduced"] * len(claims) and len(claims) == 6
-    worse = table.copy()
-    worse.loc[(worse["binding"] == "spread") & (worse["workers"] == 2), "rate"] /= 1.5
-    assert analysis.claims(worse)[0].verdict == "not reproduced"
     assert all(c.verdict == "inconclusive" for c in analysis.claims(table.iloc[0:0]))
-    assert len(analysis.notes(table)) == 2
     assert analysis.SEED_ROWS[0]["rate"] == 30_000_000.0 and "002_" in analysis.SEED_ROWS[0][
         "source"]
+
+
+def test_rate_plot_draws_each_rows_interval(tmp_path, monkeypatch):
+    import matplotlib.container
+
+    bars = []
+    real = analysis.save
+
+    def keep(fig, out_dir, name):
+        bars.extend((name, c) for ax in fig.axes for c in ax.containers
+                    if isinstance(c, matplotlib.container.ErrorbarContainer))
+        return real(fig, out_dir, name)
+
+    monkeypatch.setattr(analysis, "save", keep)
+    table = pd.DataFrame(syscall_rows())
+    bounds = [rate_estimate(r).interval() for _, r in table.iterrows()]
+    table = table.assign(rate_ci_low=[b[0] for b in bounds], rate_ci_high=[b[1] for b in bounds])
+    analysis.plot(table, tmp_path)
+    assert {name for name, _ in bars} == {"rate_by_workers"}
+    assert sum(len(c.lines[2][0].get_segments()) for _, c in bars) == len(table)
+
+
+def test_notes_compare_python_with_c():
+    rows = [{**r, "binding": "single"} for r in syscall_rows() if r["workers"] == 1]
+    assert len(analysis.notes(pd.DataFrame(rows))) == 2

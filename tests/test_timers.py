@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import gc
+import json
 import sys
 
 import numpy as np
@@ -12,6 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 from snakemake.utils import validate
+from synthetic import row, single
 
 from perfgrid import settings
 from perfgrid.analysis import timers as analysis
@@ -184,23 +186,204 @@ def test_schema_rejects_bad_values_naming_the_key(key, value, needle):
     assert needle in text
 
 
-def test_analysis_plots_and_decides_claims_from_a_table(tmp_path):
-    rows = []
-    for seeding, ideal, wall in (("identical", 60.0, 63.0), ("independent", 90.0, 150.0)):
-        for variant, gc_mode, cpu in (("asyncio", "on", 100.0), ("asyncio", "off", 40.0),
-                                      ("uvloop", "off", 30.0)):
-            for tasks in (10_000, 500_000):
-                rows.append({
-                    "variant": variant, "seeding": seeding, "gc": gc_mode, "tasks": tasks,
-                    "rounds": 10, "max_sleep": 10.0, "runtime": "python", "ideal_s": ideal,
-                    "wall_s": wall, "overhead_s": wall - ideal, "rate": 5e6 / wall,
-                    "late_mean_ms": 5.0, "late_p99_ms": 50.0, "cpu_pct": cpu,
-                    "peak_rss_mib": tasks / 500, "gc_collections": 10})
-    table = pd.DataFrame(rows)
+# -- claims, decided by intervals -------------------------------------------------------
+#: each claim of analysis.claims, in order: (its threshold, the side it claims)
+TIMER_CLAIMS = {
+    "python_near_ideal": (1 + analysis.NEAR_IDEAL, "below"),
+    "python_costly": (analysis.COSTLY, "above"),
+    "gc_half": (1 - analysis.GC_HALF, "below"),  # gc-off CPU over gc-on CPU
+    "uvloop_helps": (analysis.UVLOOP_HELPS, "below"),
+    "erlang_near_ideal": (1 + analysis.NEAR_IDEAL, "below"),
+    "erlang_costly": (analysis.COSTLY, "above"),
+}
+CLAIM_NAMES = list(TIMER_CLAIMS)
+LEVELS = {"below": 0.8, "at": 1.0, "above": 1.25}
+EXPECTED = {("above", "above"): "reproduced", ("above", "below"): "not reproduced",
+            ("below", "below"): "reproduced", ("below", "above"): "not reproduced"}
+SEED = {"tasks": 500_000, "rounds": 10, "max_sleep": 10.0}
+#: the gc and uvloop pairs: as many tasks, a shorter storm (not the seed's scale)
+PAIRS = {"tasks": 500_000, "rounds": 5, "max_sleep": 1.0}
+
+
+def expected(claim: str, level: str) -> str:
+    return "inconclusive" if level == "at" else EXPECTED[(TIMER_CLAIMS[claim][1], level)]
+
+
+def noise(seed: int, processes: int = 4, cv: float = 0.01) -> np.ndarray:
+    n = np.exp(np.random.default_rng(seed).normal(0, cv, processes))
+    return n / n.mean()
+
+
+def storm_row(variant: str, seeding: str, gc_mode: str, scale: dict, *, ideal: float,
+              wall: float | None = None, share: float | None = None,
+              overhead: float | None = None, cpu: float = 100.0, runtime: str = "python",
+              seed: int = 0, processes: int = 4) -> dict:
+    """A timers row whose processes observed ``wall`` (or the overhead ``share`` of the
+    wall, or the ``overhead`` beyond the ideal) with 1 % noise, means exact."""
+    n = noise(seed, processes)
+    if share is not None:
+        walls = ideal / (1 - share * n)
+    elif overhead is not None:
+        walls = ideal + overhead * n
+    else:
+        walls = wall * n
+    cpus = cpu * noise(seed + 1000, processes)
+    meta = [{"wall_s": float(w), "ideal_s": ideal, "overhead_s": float(w - ideal),
+             "overhead_share": float((w - ideal) / w), "cpu_pct": float(c)}
+            for w, c in zip(walls, cpus, strict=True)]
+    events = scale["tasks"] * scale["rounds"]
+    mean = float(walls.mean())
+    return row(events / mean, seed=seed, processes=processes, variant=variant,
+               seeding=seeding, gc=gc_mode, runtime=runtime, **scale, ideal_s=ideal,
+               wall_s=mean, overhead_s=mean - ideal, cpu_pct=cpu, late_mean_ms=5.0,
+               late_p99_ms=50.0, peak_rss_mib=900.0, gc_collections=10,
+               process_metadata=json.dumps(meta))
+
+
+def timer_rows(**q: float) -> list[dict]:
+    """Rows whose compared quantities are ``q`` (claim name -> value), reproduced by default."""
+    q = {"python_near_ideal": 1.02, "python_costly": 0.3, "gc_half": 0.3, "uvloop_helps": 0.5,
+         "erlang_near_ideal": 1.02, "erlang_costly": 0.3, **q}
+    specs = [
+        ("asyncio", "identical", "on", SEED, {"wall": 60.0 * q["python_near_ideal"]}),
+        ("asyncio", "independent", "on", SEED, {"share": q["python_costly"]}),
+        ("asyncio", "independent", "on", PAIRS, {"overhead": 1.0}),
+        ("asyncio", "independent", "off", PAIRS, {"overhead": 1.0, "cpu": 100 * q["gc_half"]}),
+        ("uvloop", "independent", "off", PAIRS, {"overhead": q["uvloop_helps"]}),
+        ("erlang", "identical", "on", SEED, {"wall": 60.0 * q["erlang_near_ideal"],
+                                             "runtime": "erlang"}),
+        ("erlang", "independent", "on", SEED, {"share": q["erlang_costly"],
+                                               "runtime": "erlang"}),
+    ]
+    return [storm_row(variant, seeding, gc_mode, scale, ideal=60.0 if scale is SEED else 5.0,
+                      seed=i, **kw)
+            for i, (variant, seeding, gc_mode, scale, kw) in enumerate(specs)]
+
+
+def timer_claims(rows: list[dict]) -> dict:
+    claims = analysis.claims(pd.DataFrame(rows))
+    assert len(claims) == len(CLAIM_NAMES)
+    return dict(zip(CLAIM_NAMES, claims, strict=True))
+
+
+#: for each claim, the row it reads beside its baseline: (runtime, variant, seeding, gc)
+OWN_ROW = {
+    "python_near_ideal": ("python", "asyncio", "identical", "on"),
+    "python_costly": ("python", "asyncio", "independent", "on", 10),
+    "gc_half": ("python", "asyncio", "independent", "off"),
+    "uvloop_helps": ("python", "uvloop", "independent", "off"),
+    "erlang_near_ideal": ("erlang", "erlang", "identical", "on"),
+    "erlang_costly": ("erlang", "erlang", "independent", "on"),
+}
+
+
+def is_own(r: dict, claim: str) -> bool:
+    key = OWN_ROW[claim]
+    return (r["runtime"], r["variant"], r["seeding"], r["gc"]) == key[:4] and (
+        len(key) == 4 or r["rounds"] == key[4])
+
+
+def test_default_timers_table_reproduces_every_claim():
+    claims = timer_claims(timer_rows())
+    assert {c.verdict for c in claims.values()} == {"reproduced"}, [
+        c.reason for c in claims.values()]
+    assert claims["erlang_near_ideal"].runtime == "erlang"
+
+
+@pytest.mark.parametrize("level", list(LEVELS))
+@pytest.mark.parametrize("claim", CLAIM_NAMES)
+def test_each_timers_claim_is_decided_by_its_interval(claim, level):
+    threshold, _ = TIMER_CLAIMS[claim]
+    claims = timer_claims(timer_rows(**{claim: threshold * LEVELS[level]}))
+    got = claims[claim]
+    assert got.verdict == expected(claim, level), (got.measured, got.reason)
+    assert "[" in got.measured and "]" in got.measured
+    assert got.ci_low < got.value < got.ci_high
+    assert got.threshold == pytest.approx(threshold)
+    assert ("straddles" if level == "at" else "wholly") in got.reason
+    assert {c.verdict for name, c in claims.items() if name != claim} == {"reproduced"}
+
+
+MISSING = {
+    "python_near_ideal": (lambda r: is_own(r, "python_near_ideal"),
+                          "no identical-seeding point at the seed's scale"),
+    "python_costly": (lambda r: is_own(r, "python_costly"),
+                      "no independent-seeding point at the seed's scale"),
+    "gc_half": (lambda r: r["gc"] == "off" and r["variant"] == "asyncio",
+                "no gc on/off pair with 100,000+ tasks"),
+    "uvloop_helps": (lambda r: r["variant"] == "uvloop", "no uvloop/asyncio pair"),
+    "erlang_near_ideal": (lambda r: is_own(r, "erlang_near_ideal"),
+                          "no identical-seeding point at the seed's scale"),
+    "erlang_costly": (lambda r: is_own(r, "erlang_costly"),
+                      "no independent-seeding point at the seed's scale"),
+}
+
+
+@pytest.mark.parametrize("claim", CLAIM_NAMES)
+def test_each_timers_claim_without_its_rows_is_inconclusive(claim):
+    drop, reason = MISSING[claim]
+    got = timer_claims([r for r in timer_rows() if not drop(r)])[claim]
+    assert got.verdict == "inconclusive" and reason in got.reason, got.reason
+
+
+@pytest.mark.parametrize("claim", CLAIM_NAMES)
+def test_a_nan_rate_makes_its_timers_claim_inconclusive(claim):
+    rows = timer_rows()
+    for r in rows:
+        if is_own(r, claim):
+            r["rate"] = float("nan")
+    got = timer_claims(rows)[claim]
+    assert got.verdict == "inconclusive" and "NaN" in got.reason, got.reason
+
+
+@pytest.mark.parametrize("claim", CLAIM_NAMES)
+def test_a_one_process_row_gives_its_timers_claim_no_interval(claim):
+    """The seed-scale points run one process of one value: no interval, no verdict."""
+    rows = timer_rows()
+    for i, r in enumerate(rows):
+        if is_own(r, claim):
+            one = json.loads(r["process_metadata"])[:1]
+            rows[i] = {**single(r["rate"]), **{k: v for k, v in r.items() if k not in (
+                "rate", "work_per_loop", "process_values", "n_processes", "n_values")},
+                "process_metadata": json.dumps(one)}
+    got = timer_claims(rows)[claim]
+    assert got.verdict == "inconclusive"
+    assert "no interval" in got.reason and "no interval" in got.measured
+
+
+def test_hand_made_rows_without_per_process_values_are_inconclusive():
+    rows = [{k: v for k, v in r.items() if k != "process_metadata"} for r in timer_rows()]
+    claims = timer_claims(rows)
+    assert {c.verdict for c in claims.values()} == {"inconclusive"}
+    assert all("no per-process values" in c.reason for c in claims.values())
+    assert claims["python_near_ideal"].measured.startswith("1.020x [no interval")
+
+
+def test_best_loop_is_the_one_nearest_its_ideal_and_named():
+    rows = timer_rows(python_near_ideal=1.3)
+    rows.append(storm_row("asyncio", "identical", "off", SEED, ideal=60.0, wall=60.6, seed=50))
+    got = timer_claims(rows)["python_near_ideal"]
+    assert got.verdict == "reproduced" and got.value == pytest.approx(1.01)
+    assert "asyncio, gc off" in got.measured
+
+
+def test_uvloop_ratio_is_the_median_over_the_pairs():
+    rows = timer_rows()
+    base = {"ideal": 5.0, "cpu": 100.0}
+    for i, (seeding, uv) in enumerate((("identical", 0.1), ("shared", 0.95))):
+        rows.append(storm_row("asyncio", seeding, "off", PAIRS, overhead=1.0, seed=60 + i,
+                              **base))
+        rows.append(storm_row("uvloop", seeding, "off", PAIRS, overhead=uv, seed=70 + i, **base))
+    got = timer_claims(rows)["uvloop_helps"]  # pairs at 0.1, 0.5 and 0.95: median 0.5
+    assert got.value == pytest.approx(0.5, rel=1e-3) and got.verdict == "reproduced"
+    assert "over 3 pair(s)" in got.measured
+
+
+def test_analysis_plots_and_every_claim_is_inconclusive_without_rows(tmp_path):
+    table = pd.DataFrame(timer_rows())
     written = analysis.plot(table, tmp_path)
     assert {p.stem for p in written} >= {"overhead_by_tasks", "lateness_by_tasks",
                                          "seed_scale_wall_vs_ideal"}
-    verdicts = [c.verdict for c in analysis.claims(table)]
-    assert verdicts == ["reproduced", "reproduced", "reproduced", "not reproduced"]
     assert all(c.verdict == "inconclusive" for c in analysis.claims(table.iloc[0:0]))
+    assert len(analysis.claims(table[table["runtime"] != "erlang"])) == 4
     assert analysis.notes(table)

@@ -91,7 +91,7 @@ def _aa(args: argparse.Namespace) -> None:
     """Run one config twice under two labels and compare: the machine's noise floor."""
     import subprocess
 
-    from perfgrid import compare
+    from perfgrid import compare, lifetime
 
     results = Path(args.results)
     for side in ("a", "b"):
@@ -100,7 +100,7 @@ def _aa(args: argparse.Namespace) -> None:
         if args.configfile:
             cmd[3:3] = ["--configfile", args.configfile]
         print("perfgrid aa: " + " ".join(cmd), flush=True)
-        done = subprocess.run(cmd + list(args.snakemake_args), check=False)
+        done = subprocess.run(lifetime.command(cmd + list(args.snakemake_args)), check=False)
         if done.returncode != 0:
             raise SystemExit(f"perfgrid aa: run {side} failed (exit {done.returncode})")
     out = Path(args.out or results / "compare" / f"aa-{args.label}")

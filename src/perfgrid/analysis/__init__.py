@@ -170,3 +170,68 @@ def interval_rows(table, y: str, scale: float = 1.0):
     high = table.get("rate_ci_high", table["rate"]).fillna(table["rate"])
     return pd.concat([table.assign(**{y: col / scale}) for col in (table["rate"], low, high)],
                      ignore_index=True)
+
+
+def observed_estimate(row, key, seed: int | None = None) -> Estimate:
+    """The mean over worker processes of one per-process observation of ``row``, with its
+    interval: ``key`` names a ``process_metadata`` entry (``sys_share``, ``wall_s``) or is a
+    function of one process's dict (``lambda d: d["wall_s"] * d["cpu_pct"]``).
+
+    Each process gives one value, so processes are the replicates (:func:`mean_estimate`).
+    A row without ``process_metadata`` (a hand-made table), or whose processes lack the
+    key, gives the row's own figure without an interval, and so an inconclusive verdict;
+    a row whose rate is NaN gives no figure at all.
+    """
+    import json
+
+    from perfgrid.stats import mean_estimate, seed_for
+
+    name = key if isinstance(key, str) else getattr(key, "__name__", "derived")
+    try:  # the row's own figure, shown where no interval can be had
+        point = float(row.get(key) if isinstance(key, str) else key(row))
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        point = math.nan
+    rate = row.get("rate")
+    if isinstance(rate, float | int) and not math.isfinite(float(rate)):
+        return Estimate.unknown(math.nan, "NaN rate: the point measured nothing")
+    raw = row.get("process_metadata")
+    if not isinstance(raw, str | list) or not raw:
+        return Estimate.unknown(point, "no per-process values")
+    processes = json.loads(raw) if isinstance(raw, str) else raw
+    try:
+        values = [float(p[key]) if isinstance(key, str) else float(key(p)) for p in processes]
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return Estimate.unknown(point, f"no per-process {name}")
+    if not values:
+        return Estimate.unknown(point, "no per-process values")
+    if seed is None:
+        seed = seed_for(row.get("experiment"), row.get("runtime"), row.get("result_file"),
+                        raw if isinstance(raw, str) else json.dumps(raw), name)
+    return mean_estimate([[v] for v in values], seed=seed)
+
+
+def error_bars(grid, x: str, y: str, hue: str, palette: dict, scale: float = 1.0) -> None:
+    """Draw each row's 95 % rate interval (``rate_ci_low``/``rate_ci_high`` over ``scale``)
+    as a vertical error bar on the facets of ``grid``, coloured as its ``hue`` level.
+
+    Rows without an interval get no bar; a table without the columns is left as it is.
+    """
+    data = grid.data
+    if "rate_ci_low" not in data or not data["rate_ci_low"].notna().any():
+        return
+
+    def draw(data, color=None, **_):
+        import matplotlib.pyplot as plt
+
+        rows = data.dropna(subset=["rate_ci_low", "rate_ci_high"])
+        for level, group in rows.groupby(hue):
+            centre = group[y].to_numpy(dtype=float)
+            low = group["rate_ci_low"].to_numpy(dtype=float) / scale
+            high = group["rate_ci_high"].to_numpy(dtype=float) / scale
+            plt.gca().errorbar(group[x].to_numpy(dtype=float), centre,
+                               yerr=[np.clip(centre - low, 0, None),
+                                     np.clip(high - centre, 0, None)],
+                               fmt="none", ecolor=palette.get(level, "black"), elinewidth=1,
+                               capsize=2)
+
+    grid.map_dataframe(draw)

@@ -18,11 +18,11 @@ from perfgrid.analysis import (  # noqa: E402
     inconclusive,
     judged,
     median_of,
+    observed_estimate,
     rate_at,
     rate_estimates,
     save,
 )
-from perfgrid.analysis.observed import observed_estimate  # noqa: E402
 from perfgrid.stats import Estimate, reduce  # noqa: E402
 
 NAME = "ring"

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from perfgrid.analysis import Claim, inconclusive, rate_at, save  # noqa: E402
+from perfgrid.analysis import (  # noqa: E402
+    Claim,
+    error_bars,
+    inconclusive,
+    judged,
+    observed_estimate,
+    rate_at,
+    save,
+)
+from perfgrid.stats import reduce  # noqa: E402
 
 NAME = "syscall"
 _SOURCE = ("seed E3 (002_8ebf3a0e202d2726.txt), 8 cores (2x Xeon E5450 3.0 GHz), "
@@ -45,9 +56,12 @@ def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
     sns.set_theme(style="whitegrid", context="paper")
     order = [b for b in ("none", "single", "compact", "spread") if b in set(table["binding"])]
     data = table.assign(m_calls_per_s=table["rate"] / 1e6)
-    grid = sns.relplot(data=data, x="workers", y="m_calls_per_s", hue="call", style="runtime",
-                       col="binding", col_order=order, kind="line", marker="o",
-                       height=3.2, aspect=0.9)
+    calls = sorted(set(table["call"]))
+    palette = dict(zip(calls, sns.color_palette(n_colors=len(calls)), strict=True))
+    grid = sns.relplot(data=data, x="workers", y="m_calls_per_s", hue="call", palette=palette,
+                       style="runtime", col="binding", col_order=order, kind="line",
+                       marker="o", height=3.2, aspect=0.9)
+    error_bars(grid, "workers", "m_calls_per_s", "call", palette, scale=1e6)
     grid.set(xscale="log", yscale="log", xlabel="workers (processes)",
              ylabel="calls/s in total (millions, log)")
     for ax in grid.axes.flat:
@@ -97,8 +111,33 @@ def cpu_count(table: pd.DataFrame) -> int:
     return len({cpu for worker in plan.split("|") for cpu in worker.split(",") if cpu})
 
 
+def user_share(process: dict) -> float:
+    """The share of a process's CPU time spent outside the kernel.
+
+    A share "below 5 %" is judged as its complement "above 95 %": estimates are positive
+    quantities on the log scale, and a vDSO call's sys share may be exactly zero.
+    """
+    return 1.0 - float(process["sys_share"])
+
+
+def _both(sides: list[Claim], measured: str) -> Claim:
+    """One claim from a criterion judged on each of its sides: reproduced only if every
+    side is, not reproduced if any side is wholly on the wrong side, else inconclusive.
+
+    The value and interval fields are those of the side that decided (the weakest)."""
+    rank = {"not reproduced": 0, "inconclusive": 1, "reproduced": 2}
+    weakest = min(sides, key=lambda c: rank[c.verdict])
+    return replace(weakest, measured=measured,
+                   reason="; ".join(f"{side}: {c.reason}" for side, c in
+                                    zip(("clock_gettime", "getuid"), sides, strict=True)))
+
+
 def claims(table: pd.DataFrame) -> list[Claim]:
-    """Linear scaling of bound workers up to the CPUs, none past them, no contention, vDSO."""
+    """Linear scaling of bound workers up to the CPUs, none past them, no contention, vDSO.
+
+    Rates come with their intervals from the raw values, CPU-time figures from each worker
+    process's own observations; every verdict is decided by a 95 % interval.
+    """
     out: list[Claim] = []
     getuid = table[table["call"] == "getuid"] if len(table) else table
     bind, bound = _bound(getuid)
@@ -110,10 +149,8 @@ def claims(table: pd.DataFrame) -> list[Claim]:
         crit = f"getuid, {bind or 'spread'} binding: rate at 2 workers >= {LINEAR}x rate at 1"
         one, two = rate_at(rows, workers=1), rate_at(rows, workers=2)
         if one and two and cpus >= 2:
-            ratio = two / one
-            out.append(Claim(NAME, hyp, crit, f"{ratio:.2f}x ({one / 1e6:.2f} -> "
-                             f"{two / 1e6:.2f} M calls/s)",
-                             "reproduced" if ratio >= LINEAR else "not reproduced", runtime))
+            out.append(judged(NAME, hyp, crit, two / one, ">=", LINEAR,
+                              f"({one / 1e6:.2f} -> {two / 1e6:.2f} M calls/s)", runtime))
         else:
             out.append(inconclusive(NAME, hyp, crit, "no bound getuid rows at 1 and 2 workers "
                                     "on 2+ CPUs", runtime))
@@ -124,9 +161,8 @@ def claims(table: pd.DataFrame) -> list[Claim]:
         most = int(rows["workers"].max()) if len(rows) else 0
         at_cpus, at_most = rate_at(rows, workers=cpus), rate_at(rows, workers=most)
         if at_cpus and at_most and most > cpus:
-            ratio = at_most / at_cpus
-            out.append(Claim(NAME, hyp, crit, f"{ratio:.2f}x ({most} workers vs {cpus})",
-                             "reproduced" if ratio <= NO_FURTHER else "not reproduced", runtime))
+            out.append(judged(NAME, hyp, crit, at_most / at_cpus, "<=", NO_FURTHER,
+                              f"({most} workers vs {cpus})", runtime))
         else:
             out.append(inconclusive(NAME, hyp, crit, "no bound getuid rows at the CPU count "
                                     "and beyond it", runtime))
@@ -137,14 +173,13 @@ def claims(table: pd.DataFrame) -> list[Claim]:
     rows = bound[bound["runtime"] == "native"] if len(bound) else bound
     if len(rows) and "calls_per_cpu_s" in rows and rows["calls_per_cpu_s"].notna().any():
         most = int(rows["workers"].max())
-        first = rows[rows["workers"] == 1]["calls_per_cpu_s"]
-        last = rows[rows["workers"] == most]["calls_per_cpu_s"]
+        first, last = rows[rows["workers"] == 1], rows[rows["workers"] == most]
         if len(first) and len(last) and most > 1:
-            ratio = float(last.iloc[0]) / float(first.iloc[0])
-            out.append(Claim(NAME, hyp, crit, f"{ratio:.2f}x ({float(first.iloc[0]) / 1e6:.2f} "
-                             f"-> {float(last.iloc[0]) / 1e6:.2f} M per CPU-s, {most} workers)",
-                             "reproduced" if ratio >= NO_CONTENTION else "not reproduced",
-                             "native"))
+            a = observed_estimate(first.iloc[0], "calls_per_cpu_s")
+            b = observed_estimate(last.iloc[0], "calls_per_cpu_s")
+            out.append(judged(NAME, hyp, crit, b / a, ">=", NO_CONTENTION,
+                              f"({a / 1e6:.2f} -> {b / 1e6:.2f} M per CPU-s, {most} workers)",
+                              "native"))
         else:
             out.append(inconclusive(NAME, hyp, crit, "no native bound getuid rows at 1 and "
                                     "more workers", "native"))
@@ -160,12 +195,18 @@ def claims(table: pd.DataFrame) -> list[Claim]:
     clock = rows[rows["call"] == "clock_gettime"] if len(rows) else rows
     uid = rows[rows["call"] == "getuid"] if len(rows) else rows
     if len(clock) and len(uid) and "sys_share" in rows:
-        clock_sys, uid_sys = float(clock["sys_share"].max()), float(uid["sys_share"].min())
+        # the worst case of each side over the bindings: clock's least user share, getuid's
+        # least sys share
+        clock_user = reduce([observed_estimate(r, user_share) for _, r in clock.iterrows()],
+                            np.min)
+        uid_sys = reduce([observed_estimate(r, "sys_share") for _, r in uid.iterrows()], np.min)
+        sides = [judged(NAME, hyp, crit, clock_user, ">", 1 - VDSO_SYS, "", "native", "",
+                        ".1%"),
+                 judged(NAME, hyp, crit, uid_sys, ">", VDSO_SYS, "", "native", "", ".1%")]
         speed = float(clock["rate"].max()) / float(uid["rate"].max())
-        out.append(Claim(NAME, hyp, crit, f"sys {clock_sys:.1%} vs getuid {uid_sys:.1%}; "
-                         f"{speed:.1f}x the getuid rate",
-                         "reproduced" if clock_sys < VDSO_SYS < uid_sys else "not reproduced",
-                         "native"))
+        out.append(_both(sides, f"clock_gettime user share {clock_user.show('.1%')} (sys "
+                                f"{1 - clock_user.value:.1%}) vs getuid sys share "
+                                f"{uid_sys.show('.1%')}; {speed:.1f}x the getuid rate"))
     else:
         out.append(inconclusive(NAME, hyp, crit, "no native 1-worker clock_gettime and getuid "
                                 "rows", "native"))
@@ -180,8 +221,11 @@ def notes(table: pd.DataFrame) -> list[str]:
         py = rate_at(rows, call=call, runtime="python")
         c = rate_at(rows, call=call, runtime="native")
         if py and c:
-            cost = (f"the interpreter adds {(1 / py - 1 / c) * 1e9:.0f} ns per call" if py < c
-                    else "no interpreter cost shows above the noise (see cv)")
+            ratio = py / c
+            bounds = ratio.interval()
+            cost = (f"the interpreter adds {(1 / float(py) - 1 / float(c)) * 1e9:.0f} ns per "
+                    "call" if bounds and bounds[1] < 1
+                    else "no interpreter cost shows above the noise (the interval reaches 1x)")
             out.append(f"`{call}`, one worker pinned: Python {py / 1e6:.1f} M calls/s, C "
-                       f"{c / 1e6:.1f} M calls/s ({py / c:.2f}x): {cost}.")
+                       f"{c / 1e6:.1f} M calls/s ({ratio.show('.2f', 'x')}): {cost}.")
     return out
