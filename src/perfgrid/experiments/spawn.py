@@ -471,6 +471,9 @@ class Spawn(Experiment):
     name = "spawn"
     axes = ("variant", "binding", "chains", "total")
     int_axes = frozenset({"chains", "total"})
+    #: perfgrid.analysis.spawn's claims: every 1-chain point (bindings, ports, Erlang),
+    #: and asyncio tasks in 100 chains against 1, unbound
+    claim_points = ({"chains": 1}, {"variant": "asyncio_task", "binding": "none", "chains": 100})
     work_unit = "spawns"
     rate_unit = "spawns/s"
     native_variants = NATIVE

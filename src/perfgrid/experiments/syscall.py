@@ -284,6 +284,10 @@ class Syscall(Experiment):
     name = "syscall"
     axes = ("variant", "call", "binding", "workers")
     int_axes = frozenset({"workers"})
+    #: perfgrid.analysis.syscall's claims: bound getuid workers (scaling, contention), and
+    #: one native worker per call (the vDSO)
+    claim_points = ({"call": "getuid", "binding": ["spread", "compact"]},
+                    {"variant": "native", "workers": 1})
     work_unit = "calls"
     rate_unit = "calls/s"
     native_variants = ("native",)
