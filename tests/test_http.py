@@ -19,7 +19,6 @@ import psutil
 import pytest
 import yaml
 from snakemake.utils import validate
-from synthetic import row, single
 
 from perfgrid import binding, httpload, httpserver, settings
 from perfgrid.analysis import http as analysis
@@ -27,6 +26,7 @@ from perfgrid.experiments import get
 from perfgrid.experiments.http import CorrectnessError, check_load
 
 from conftest import REPO
+from synthetic import row, single
 
 EXP = get("http")
 HAVE_AB = httpload.missing_ab() is None

@@ -22,7 +22,6 @@ import psutil
 import pytest
 import yaml
 from snakemake.utils import validate
-from synthetic import row, single
 
 from perfgrid import binding
 from perfgrid.aggregate import rate_estimate
@@ -31,6 +30,7 @@ from perfgrid.experiments import get
 from perfgrid.experiments import spawn as spawn_mod
 
 from conftest import REPO
+from synthetic import row, single
 
 EXP = get("spawn")
 HAVE_CC = shutil.which("cc") is not None

@@ -17,7 +17,6 @@ import psutil
 import pytest
 import yaml
 from snakemake.utils import validate
-from synthetic import per_process, row, single
 
 from perfgrid import binding
 from perfgrid.aggregate import rate_estimate
@@ -26,6 +25,7 @@ from perfgrid.experiments import get
 from perfgrid.experiments import syscall as syscall_mod
 
 from conftest import REPO
+from synthetic import per_process, row, single
 
 EXP = get("syscall")
 HAVE_CC = shutil.which("cc") is not None

@@ -13,7 +13,6 @@ import pandas as pd
 import pytest
 import yaml
 from snakemake.utils import validate
-from synthetic import row, single
 
 from perfgrid import settings
 from perfgrid.analysis import timers as analysis
@@ -21,6 +20,7 @@ from perfgrid.experiments import get
 from perfgrid.experiments import timers as timers_mod
 
 from conftest import REPO
+from synthetic import row, single
 
 EXP = get("timers")
 HAVE_UVLOOP = timers_mod.uvloop_missing() is None
@@ -147,7 +147,8 @@ def test_full_grid_holds_the_seed_points_at_the_seed_scale():
     points = settings.grid(cfg, "timers")
     for seeding in ("independent", "identical"):
         assert point("asyncio", seeding, "on", 500_000, 10, 10.0) in points
-    assert cfg["timers"]["measure"] == {"processes": 1, "values": 1, "warmups": 0, "loops": 1}
+    assert settings.measure_of(cfg, "timers", points[0]) == {
+        "processes": 1, "values": 1, "warmups": 0, "loops": 1}
 
 
 def test_uvloop_missing_is_a_skip_reason(monkeypatch):
