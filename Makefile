@@ -20,7 +20,7 @@ quick: setup
 
 test: $(VENV)/.installed
 	@bash .ci/system-packages.sh $(TEST_DEBS)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -rs
 
 lint: setup
 	$(BIN)/ruff check src tests

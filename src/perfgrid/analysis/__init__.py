@@ -156,20 +156,24 @@ def median_of(parts: list[Estimate], how: Callable = np.median) -> Estimate:
 INTERVAL_BARS = {"estimator": "median", "errorbar": ("pi", 100)}
 
 
-def interval_rows(table, y: str, scale: float = 1.0):
-    """Three rows per point, ``y`` = rate, interval low and high (over ``scale``).
+def interval_rows(table, y: str, scale: float = 1.0, cost: bool = False):
+    """Three rows per point: ``y`` at the rate, and at each end of its 95 % interval.
 
-    With :data:`INTERVAL_BARS` seaborn then draws each point's own interval as its
-    error bar or band; a point without an interval gets none.
+    ``y`` is ``rate / scale``, or with ``cost`` an existing column that varies as one
+    over the rate (microseconds per message), whose interval ends swap. With
+    :data:`INTERVAL_BARS` seaborn then draws each point's own interval as its error
+    bar or band; a point without an interval gets none.
     """
     import pandas as pd
 
     if table.empty:
         return table.assign(**{y: pd.Series(dtype=float)})
-    low = table.get("rate_ci_low", table["rate"]).fillna(table["rate"])
-    high = table.get("rate_ci_high", table["rate"]).fillna(table["rate"])
-    return pd.concat([table.assign(**{y: col / scale}) for col in (table["rate"], low, high)],
-                     ignore_index=True)
+    rate = table["rate"]
+    low = table["rate_ci_low"].fillna(rate) / rate if "rate_ci_low" in table else rate / rate
+    high = table["rate_ci_high"].fillna(rate) / rate if "rate_ci_high" in table else rate / rate
+    base = table[y] if cost else rate / scale
+    ends = (base / high, base / low) if cost else (base * low, base * high)
+    return pd.concat([table.assign(**{y: col}) for col in (base, *ends)], ignore_index=True)
 
 
 def observed_estimate(row, key, seed: int | None = None) -> Estimate:
@@ -208,30 +212,3 @@ def observed_estimate(row, key, seed: int | None = None) -> Estimate:
         seed = seed_for(row.get("experiment"), row.get("runtime"), row.get("result_file"),
                         raw if isinstance(raw, str) else json.dumps(raw), name)
     return mean_estimate([[v] for v in values], seed=seed)
-
-
-def error_bars(grid, x: str, y: str, hue: str, palette: dict, scale: float = 1.0) -> None:
-    """Draw each row's 95 % rate interval (``rate_ci_low``/``rate_ci_high`` over ``scale``)
-    as a vertical error bar on the facets of ``grid``, coloured as its ``hue`` level.
-
-    Rows without an interval get no bar; a table without the columns is left as it is.
-    """
-    data = grid.data
-    if "rate_ci_low" not in data or not data["rate_ci_low"].notna().any():
-        return
-
-    def draw(data, color=None, **_):
-        import matplotlib.pyplot as plt
-
-        rows = data.dropna(subset=["rate_ci_low", "rate_ci_high"])
-        for level, group in rows.groupby(hue):
-            centre = group[y].to_numpy(dtype=float)
-            low = group["rate_ci_low"].to_numpy(dtype=float) / scale
-            high = group["rate_ci_high"].to_numpy(dtype=float) / scale
-            plt.gca().errorbar(group[x].to_numpy(dtype=float), centre,
-                               yerr=[np.clip(centre - low, 0, None),
-                                     np.clip(high - centre, 0, None)],
-                               fmt="none", ecolor=palette.get(level, "black"), elinewidth=1,
-                               capsize=2)
-
-    grid.map_dataframe(draw)

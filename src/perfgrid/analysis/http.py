@@ -12,9 +12,11 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from perfgrid.analysis import (  # noqa: E402
+    INTERVAL_BARS,
     Claim,
     by_runtime,
     inconclusive,
+    interval_rows,
     judged,
     median_of,
     rate_estimates,
@@ -57,20 +59,24 @@ def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
     workers = sorted(table["workers"].astype(int).unique())
     data = table.assign(load=_load_label(table), krps=table["rate"] / 1e3,
                         workers=table["workers"].astype(int).astype(str))
+    with_intervals = interval_rows(data, "krps", 1e3)
     facets = {"col": "variant", "row": "load", "height": 3.0, "aspect": 1.25,
               "hue_order": [str(w) for w in workers], "palette": "deep",
               "col_order": sorted(data["variant"].unique()),
               "row_order": sorted(data["load"].unique()),
               "facet_kws": {"sharey": False, "margin_titles": True}}
 
-    grid = sns.relplot(data=data, x="concurrency", y="krps", hue="workers", style="binding",
+    grid = sns.relplot(data=with_intervals, x="concurrency", y="krps", hue="workers",
+                       style="binding",
                        style_order=[b for b in ("none", "single", "compact", "spread")
                                     if b in set(data["binding"])],
-                       kind="line", markers=True, dashes=True, **facets)
+                       kind="line", markers=True, dashes=True, err_style="bars",
+                       **INTERVAL_BARS, **facets)
     grid.set(xscale="log", xlabel="concurrency (connections)", ylabel="requests/s (thousands)")
     for ax in grid.axes.flat:
         ax.set_ylim(bottom=0)
-    grid.figure.suptitle("http: requests/s by concurrency, per workers and binding", y=1.02)
+    grid.figure.suptitle("http: requests/s by concurrency, per workers and binding "
+                         "(bars: 95 % intervals)", y=1.02)
     written += save(grid.figure, out_dir, "rate_by_concurrency")
 
     if "latency_p99_ms" in data and data["latency_p99_ms"].notna().any():

@@ -13,9 +13,11 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from perfgrid.analysis import (  # noqa: E402
+    INTERVAL_BARS,
     Claim,
     best_row,
     inconclusive,
+    interval_rows,
     judged,
     median_of,
     observed_estimate,
@@ -62,8 +64,9 @@ def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
 
     rings = table[table["variant"].isin(OS_RING)]
     if not rings.empty:
-        grid = sns.catplot(data=rings, x="binding", y="us_per_message", hue="variant",
-                           col="workers", kind="bar", order=order, height=3.2, aspect=1.0)
+        grid = sns.catplot(data=interval_rows(rings, "us_per_message", cost=True),
+                           x="binding", y="us_per_message", hue="variant", col="workers",
+                           kind="bar", order=order, height=3.2, aspect=1.0, **INTERVAL_BARS)
         grid.set(yscale="log", xlabel="binding", ylabel="microseconds per message (log)")
         grid.figure.suptitle("ring: one ring of workers, cost of one hand-off by binding "
                              "(single: every wake-up on one CPU)", y=1.04)

@@ -11,11 +11,12 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from perfgrid.analysis import (  # noqa: E402
+    INTERVAL_BARS,
     Claim,
     best_row,
     by_runtime,
-    error_bars,
     inconclusive,
+    interval_rows,
     judged,
     rate_at,
     save,
@@ -73,10 +74,10 @@ def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
     order = [b for b in ("none", "single", "compact", "spread") if b in set(table["binding"])]
     hue_order = [v for v in ORDER if v in set(table["variant"])]
     palette = dict(zip(hue_order, sns.color_palette(n_colors=len(hue_order)), strict=True))
-    grid = sns.relplot(data=table, x="chains", y="rate", hue="variant", hue_order=hue_order,
-                       palette=palette, style="runtime", col="binding", col_order=order,
-                       kind="line", marker="o", height=3.2, aspect=0.9)
-    error_bars(grid, "chains", "rate", "variant", palette)
+    grid = sns.relplot(data=interval_rows(table, "rate"), x="chains", y="rate", hue="variant",
+                       hue_order=hue_order, palette=palette, style="runtime", col="binding",
+                       col_order=order, kind="line", marker="o", height=3.2, aspect=0.9,
+                       err_style="bars", **INTERVAL_BARS)
     grid.set(xscale="log", yscale="log", xlabel="chains running at once",
              ylabel="spawns/s (log)")
     grid.figure.suptitle("spawn: create+teardown rate by primitive and chains, per binding "

@@ -13,9 +13,10 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from perfgrid.analysis import (  # noqa: E402
+    INTERVAL_BARS,
     Claim,
-    error_bars,
     inconclusive,
+    interval_rows,
     judged,
     observed_estimate,
     rate_at,
@@ -55,13 +56,12 @@ def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
         return written
     sns.set_theme(style="whitegrid", context="paper")
     order = [b for b in ("none", "single", "compact", "spread") if b in set(table["binding"])]
-    data = table.assign(m_calls_per_s=table["rate"] / 1e6)
+    data = interval_rows(table, "m_calls_per_s", 1e6)
     calls = sorted(set(table["call"]))
     palette = dict(zip(calls, sns.color_palette(n_colors=len(calls)), strict=True))
     grid = sns.relplot(data=data, x="workers", y="m_calls_per_s", hue="call", palette=palette,
                        style="runtime", col="binding", col_order=order, kind="line",
-                       marker="o", height=3.2, aspect=0.9)
-    error_bars(grid, "workers", "m_calls_per_s", "call", palette, scale=1e6)
+                       marker="o", height=3.2, aspect=0.9, err_style="bars", **INTERVAL_BARS)
     grid.set(xscale="log", yscale="log", xlabel="workers (processes)",
              ylabel="calls/s in total (millions, log)")
     for ax in grid.axes.flat:
