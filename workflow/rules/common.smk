@@ -31,6 +31,10 @@ os.environ.update(
 CONDA_ENV = "../envs/perfgrid.yaml"
 LAYOUT = Layout.for_host(SETTINGS["host"], SETTINGS["results"])
 TESTFILE = SETTINGS["testfile"]["path"]
+# perfgrid removes only a test file it generated at the default path in this run
+# (rule testfile notes its identity; onsuccess below); any other file stays
+TESTFILE_OWNED = os.path.abspath(TESTFILE) == os.path.abspath(LAYOUT.testfile_default)
+STARTED = time.time()
 try:  # benchmark jobs take every core, so nothing runs beside them
     BENCH_THREADS = workflow.cores
 except WorkflowError:  # no --cores: a cluster run (profiles/slurm), --report, --lint, dry runs
@@ -52,6 +56,12 @@ onstart:
     write_json(LAYOUT.run_record, {"argv": sys.argv, "started": time.time(),
                                    "cwd": os.getcwd(), "snakemake": snakemake_version})
     start_reporter([r for e in SETTINGS["experiments"] for r in runnable(e)])
+
+
+onsuccess:
+    from perfgrid import testfile
+
+    testfile.remove_generated(LAYOUT.testfile_record, since=STARTED)
 
 
 wildcard_constraints:
