@@ -4,17 +4,16 @@ import shlex
 import sys
 import time
 
-from snakemake.utils import validate
-
 from perfgrid import experiments, settings
 from perfgrid.paths import Layout
 
 
-validate(config, "../schemas/config.schema.yaml")
+# The schema (../schemas/config.schema.yaml, defaults filled in) and what it cannot
+# express: one short message naming the key, before any job, and nothing written.
 try:
-    SETTINGS = settings.effective(config)
+    SETTINGS = settings.validated(config)
 except settings.ConfigError as err:
-    raise WorkflowError(f"invalid config: {err}") from None
+    raise WorkflowError(settings.brief(f"invalid config: {err}")) from None
 
 envvars:
     "PATH",
