@@ -110,13 +110,13 @@ BAD = [
     ({"testfile.path": "-x.bin"}, "testfile.path"),
     ({"http.database": "--db"}, "http.database"),
     # inside (or holding) the repository's source folders
-    ({"results": str(REPO / "src" / "out")}, "results"),
-    ({"results": str(REPO / "workflow")}, "results"),
-    ({"results": str(REPO / ".git")}, "results"),
-    ({"results": str(REPO / "tests")}, "results"),
-    ({"results": str(REPO / "config")}, "results"),
-    ({"results": str(REPO / "profiles" / "x")}, "results"),
-    ({"results": str(REPO.parent), "host": REPO.name}, "results"),
+    ({"results": str(REPO / "src" / "out")}, "results: "),
+    ({"results": str(REPO / "workflow")}, "results: "),
+    ({"results": str(REPO / ".git")}, "results: "),
+    ({"results": str(REPO / "tests")}, "results: "),
+    ({"results": str(REPO / "config")}, "results: "),
+    ({"results": str(REPO / "profiles" / "x")}, "results: "),
+    ({"results": str(REPO.parent), "host": REPO.name}, "results: "),
     ({"testfile.path": str(REPO / ".git" / "t.bin")}, "testfile.path"),
     # a folder the pipeline itself uses under results/
     ({"host": "archive"}, "host"),
@@ -214,3 +214,46 @@ def test_cli_stops_before_any_job_and_writes_nothing(tmp_path, bad):
     key = next(iter(bad[next(iter(bad))]))
     assert key in text or "size" in text
     assert not (tmp_path / "results").exists()
+
+
+# (config file text, text the one message must contain); each through `snakemake`
+CLI_BAD = [
+    (BOMB, "host[1]"),
+    ("host: \"tiny\\n\"\n", "host"),
+    ("measure: {processes: 2.0}\n", "measure.processes"),
+    ("noise: {busy_share: .nan}\n", "noise.busy_share"),
+    ("experiments: [http]\nhttp: {concurrency: [10], requests: 5}\n", "http.concurrency"),
+    ("host: archive\n", "host"),
+    ("results: -out\n", "results"),
+]
+
+
+@pytest.mark.pipeline
+@pytest.mark.parametrize("text, needle", CLI_BAD, ids=[t[:20] for t, _ in CLI_BAD])
+def test_cli_gives_one_short_message_and_writes_nothing(tmp_path, text, needle):
+    config = tmp_path / "bad.yaml"
+    config.write_text(text)
+    started = time.perf_counter()
+    result = snakemake(tmp_path, "--cores", "1", config=config, timeout=120)
+    elapsed = time.perf_counter() - started
+    out = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert f"invalid config: {needle}" in out, out[-3000:]
+    assert len(out) < 4 * settings.MAX_MESSAGE, out[-3000:]
+    assert "Traceback" not in out and "settings.py" not in out and "http.py" not in out
+    assert elapsed < 60
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".snakemake", "bad.yaml"]
+
+
+@pytest.mark.pipeline
+def test_a_dry_run_writes_nothing(tmp_path):
+    """Not even results/<host>/ of a results folder outside the working directory."""
+    outside = tmp_path / "elsewhere" / "results"
+    work = tmp_path / "work"
+    work.mkdir()
+    config = write_config(tmp_path, {"host": "tiny", "results": str(outside),
+                                     "experiments": ["file_read"]})
+    result = snakemake(work, "-n", config=config, timeout=120)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert not (tmp_path / "elsewhere").exists()
+    assert [p.name for p in work.iterdir()] in ([], [".snakemake"])

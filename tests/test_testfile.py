@@ -1,5 +1,6 @@
 import hashlib
 import os
+import pathlib
 import re
 import time
 
@@ -96,7 +97,7 @@ def test_anything_but_a_regular_file_is_refused(tmp_path, kind):
     if kind == "directory":
         path.mkdir()
     elif kind == "device":
-        path = __import__("pathlib").Path("/dev/null")
+        path = pathlib.Path("/dev/null")
     elif kind == "fifo":
         os.mkfifo(path)
     else:
@@ -187,3 +188,97 @@ def test_only_the_file_generated_in_this_run_is_removed(tmp_path):
     testfile.prepare(str(path), 8192, 5, str(tmp_path / "ready.json"), str(record))
     assert testfile.remove_generated(record, since=started)
     assert not path.exists() and (tmp_path / "t.bin.json").exists()
+
+
+# --- through Snakemake ---------------------------------------------------------------
+
+TINY = {"host": "tiny", "experiments": ["file_read"], "noise": {"busy_share": 1.0},
+        "testfile": {"size": "64KiB", "seed": 3},
+        "file_read": {"variants": ["whole"], "caches": ["warm"], "runtimes": ["python"],
+                      "measure": {"processes": 1, "values": 1, "warmups": 0, "loops": 1}}}
+
+
+def _tiny(folder, **testfile_keys):
+    from conftest import write_config
+
+    return write_config(folder, {**TINY, "testfile": {**TINY["testfile"], **testfile_keys}})
+
+
+@pytest.mark.pipeline
+@pytest.mark.parametrize("kind, needle", [
+    ("user_file", "no perfgrid sidecar"),
+    ("directory", "is a directory"),
+    ("dev_null", "is a character device"),
+    ("other_seed", "seed 4 in the sidecar, 3 in the config"),
+])
+def test_cli_refuses_what_is_at_testfile_path_and_leaves_it(tmp_path, kind, needle):
+    from conftest import snakemake
+
+    path = tmp_path / "data" / "t.bin"
+    path.parent.mkdir()
+    if kind == "user_file":
+        path.write_bytes(b"precious" * 8192)
+    elif kind == "directory":
+        path.mkdir()
+        (path / "inside.txt").write_text("mine")
+    elif kind == "dev_null":
+        path = pathlib.Path("/dev/null")
+    else:
+        testfile.prepare(str(path), 64 << 10, 4, str(tmp_path / "ready.json"))
+    before = sorted((p, p.lstat().st_mtime_ns, p.read_bytes() if p.is_file() else b"")
+                    for p in tmp_path.rglob("*"))
+    result = snakemake(tmp_path, "--cores", "1", config=_tiny(tmp_path, path=str(path)),
+                       timeout=120)
+    out = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert f"invalid config: testfile.path: {path}" in out and needle in out, out[-3000:]
+    assert not (tmp_path / "results").exists()
+    after = sorted((p, p.lstat().st_mtime_ns, p.read_bytes() if p.is_file() else b"")
+                   for p in tmp_path.rglob("*") if ".snakemake" not in p.parts
+                   and p.name != "config.yaml")
+    assert after == [b for b in before if b[0].name != "config.yaml"]
+    if kind == "dev_null":
+        assert path.is_char_device()
+
+
+@pytest.mark.pipeline
+def test_a_changed_file_stops_the_run_before_any_benchmark_and_stays(tmp_path):
+    from conftest import snakemake
+
+    path = tmp_path / "t.bin"
+    testfile.prepare(str(path), 64 << 10, 3, str(tmp_path / "ready.json"))
+    data = bytearray(path.read_bytes())
+    data[7] ^= 1
+    path.write_bytes(bytes(data))
+    result = snakemake(tmp_path, "--cores", "1", config=_tiny(tmp_path, path=str(path)),
+                       timeout=300)
+    assert result.returncode != 0
+    assert "SHA-256" in (tmp_path / "results/tiny/logs/testfile.log").read_text()
+    assert path.read_bytes() == bytes(data)
+    assert not (tmp_path / "results/tiny/raw").exists()
+
+
+@pytest.mark.pipeline
+def test_a_perfgrid_file_is_used_and_kept_and_only_the_generated_one_removed(tmp_path):
+    """The rule: perfgrid removes only the test file it generated at the default path
+    (results/<host>/data/) in this run; a file it found (even its own) stays."""
+    from conftest import snakemake
+
+    path = tmp_path / "kept" / "t.bin"
+    path.parent.mkdir()
+    testfile.prepare(str(path), 64 << 10, 3, str(tmp_path / "ready.json"))
+    before = _snapshot(path)
+    result = snakemake(tmp_path, "--cores", "1", config=_tiny(tmp_path, path=str(path)),
+                       timeout=300)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert _snapshot(path) == before
+    assert "generated earlier by perfgrid" in (
+        tmp_path / "results/tiny/logs/testfile.log").read_text()
+    assert len((tmp_path / "results/tiny/tables/file_read.csv").read_text().splitlines()) == 2
+
+    result = snakemake(tmp_path, "--cores", "1", config=_tiny(tmp_path), timeout=300)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    data = tmp_path / "results/tiny/data"
+    assert "wrote" in (tmp_path / "results/tiny/logs/testfile.log").read_text()
+    assert sorted(p.name for p in data.iterdir()) == ["testfile.bin.json"]
+    assert _snapshot(path) == before
