@@ -92,7 +92,7 @@ def test_editing_the_workload_reruns_its_jobs_and_what_derives(tree):
     points = len(settings.split_grid(effective(), "file_read")[0])
     edit(tree / "src/perfgrid/experiments/file_read.py")
     counts = job_counts(run(tree, "-n"))
-    # the test file is temp(): removed after the run, so it is made again first
+    # the test file and its temp() ready note are removed after the run: made again first
     assert counts == {"testfile": 1, "file_read": points, "table": 1, "plots": 1, "report": 1,
                       "all": 1}
 

@@ -4,6 +4,10 @@ One row per grid point, with the experiment's axes as columns, pyperf's
 statistics of the per-loop time, the rate (work per second) and the ratio
 to the native baseline measured in the same run. Every ``perfgrid_*``
 metadata key of the result becomes a column without its prefix.
+
+A result is taken only at its own path: the point, experiment and runtime it
+records must be the ones its path stands for (``paths.Layout.raw_result``),
+so a file copied over another point's result stops the table, naming both.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import pandas as pd
 import pyperf
 
 from perfgrid import experiments, stats
+from perfgrid.paths import Layout
 
 COMMON_COLUMNS = [
     "experiment", "runtime", "variant", "block_size", "workers", "binding", "cache",
@@ -77,10 +82,44 @@ def _common_metadata(bench: pyperf.Benchmark) -> dict[str, Any]:
     return meta
 
 
-def row_from_result(path: str | Path) -> dict[str, Any]:
-    """One table row from one pyperf result file."""
+def check_result_path(path: str | Path, meta: dict[str, Any]) -> None:
+    """Raise ValueError unless the result's recorded point is the one its path names."""
+    name = meta.get("perfgrid_experiment")
+    if name not in experiments.available():
+        raise ValueError(f"{path}: records experiment {name!r}, not one of "
+                         f"{', '.join(experiments.available())}")
+    experiment = experiments.get(name)
+    try:
+        recorded = json.loads(meta["perfgrid_point"])
+        at_path, from_path = Layout.result_point(path, experiment.axes)
+    except (KeyError, ValueError) as err:
+        raise ValueError(f"{path}: {err}") from None
+    want = {axis: str(value) for axis, value in recorded.items()} if isinstance(
+        recorded, dict) else {"point": repr(recorded)}
+    if at_path != name or want != from_path:
+        shown = ", ".join(f"{a}={v}" for a, v in want.items())
+        home = (f"; it belongs at {Layout(Path()).raw_result(name, want, experiment.axes)}"
+                if set(want) == set(experiment.axes) else "")
+        raise ValueError(
+            f"{path}: the result records {name} point {shown}, but its path stands for "
+            f"{at_path} point {', '.join(f'{a}={v}' for a, v in from_path.items())}{home} "
+            f"(a copied or moved file?)")
+    runtime = experiment.runtime(experiment.parse_point(from_path))
+    if meta.get("perfgrid_runtime") != runtime:
+        raise ValueError(f"{path}: records runtime {meta.get('perfgrid_runtime')!r}, but "
+                         f"variant {from_path.get('variant')} runs on {runtime!r}")
+
+
+def row_from_result(path: str | Path, check_path: bool = False) -> dict[str, Any]:
+    """One table row from one pyperf result file.
+
+    With ``check_path`` (as the table does) the result must sit at its own
+    point's path; without, any file is read at face value (one-off reading).
+    """
     bench = pyperf.Benchmark.load(str(path))
     meta = _common_metadata(bench)
+    if check_path:
+        check_result_path(path, meta)
     point = json.loads(meta["perfgrid_point"])
     experiment = experiments.get(meta["perfgrid_experiment"])
     values = bench.get_values()
@@ -122,9 +161,25 @@ def row_from_result(path: str | Path) -> dict[str, Any]:
 
 
 def build_table(experiment_name: str, paths: list[str | Path]) -> pd.DataFrame:
-    """The experiment's table from its result files, ratios filled in."""
+    """The experiment's table from its result files, ratios filled in.
+
+    Every result must be of this experiment and at its own point's path, and
+    no point may come twice: a wrong file stops the table, naming the files.
+    """
     experiment = experiments.get(experiment_name)
-    table = pd.DataFrame([row_from_result(p) for p in paths])
+    rows, seen = [], {}
+    for path in paths:
+        row = row_from_result(path, check_path=True)
+        if row["experiment"] != experiment_name:
+            raise ValueError(f"{path}: a {row['experiment']} result among the "
+                             f"{experiment_name} results")
+        key = tuple(str(row[a]) for a in experiment.axes)
+        if key in seen:
+            raise ValueError(f"{path} and {seen[key]} both record the point "
+                             f"{dict(zip(experiment.axes, key, strict=True))}")
+        seen[key] = path
+        rows.append(row)
+    table = pd.DataFrame(rows)
     for column in COMMON_COLUMNS:
         if column not in table:
             table[column] = pd.NA

@@ -14,7 +14,7 @@ def _testfile(args: argparse.Namespace) -> None:
     from perfgrid import testfile
 
     seed = None if args.seed.lower() in ("none", "null") else int(args.seed)
-    testfile.main(args.path, args.facts, args.size, seed)
+    testfile.main(args.path, args.ready, args.size, seed, args.record)
 
 
 def _machine(args: argparse.Namespace) -> None:
@@ -125,11 +125,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="perfgrid", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("testfile", help="write the random test file and its sidecar JSON")
+    p = sub.add_parser("testfile", help="write the random test file and its sidecar JSON, "
+                       "or check the one perfgrid wrote there before")
     p.add_argument("path")
-    p.add_argument("facts")
+    p.add_argument("ready", help="JSON written once the file is ready (facts, generated or not)")
     p.add_argument("--size", type=int, required=True)
     p.add_argument("--seed", default="none")
+    p.add_argument("--record", help="note the generated file's identity here (default path "
+                   "only), so that only that very file is removed after the run")
     p.set_defaults(func=_testfile)
 
     p = sub.add_parser("machine", help="write a psutil snapshot of this machine")

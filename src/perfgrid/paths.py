@@ -7,12 +7,16 @@ machines sit side by side and never clobber each other.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-SOURCE_DIRS = ("src", "workflow", "config", "profiles", "tests", ".ci")
+#: the repository's own folders: no result or test file may land in (or contain) one
+SOURCE_DIRS = ("src", "workflow", "config", "profiles", "tests", ".ci", ".git")
+#: names the pipeline itself uses under results/, so no host may take them
+RESERVED_NAMES = ("archive", "compare")
 
 
 @dataclass(frozen=True)
@@ -65,9 +69,53 @@ class Layout:
         parts = [f"{axis}={{{axis}}}" for axis in axes]
         return str(self.root / "logs" / experiment / "/".join(parts)) + ".log"
 
-    def raw_result(self, experiment: str, point: dict[str, Any]) -> str:
+    def raw_result(self, experiment: str, point: dict[str, Any],
+                   axes: Sequence[str] | None = None) -> str:
+        """Where ``point``'s result goes; with ``axes``, in that order and no other keys."""
+        if axes is not None:
+            if set(point) != set(axes):
+                raise ValueError(f"{experiment}: point {point} has not exactly the axes "
+                                 f"{list(axes)}")
+            point = {axis: point[axis] for axis in axes}
         parts = [f"{axis}={value}" for axis, value in point.items()]
         return str(self.raw_dir(experiment) / "/".join(parts)) + ".json"
+
+    @staticmethod
+    def result_point(path: str | Path, axes: Sequence[str]) -> tuple[str, dict[str, str]]:
+        """(experiment, {axis: value as text}) that a raw result's path stands for.
+
+        The inverse of :meth:`raw_result`: ``.../raw/<experiment>/a=1/b=x.json``.
+        Raises ValueError for a path not of that form.
+        """
+        parts = Path(path).parts
+        n = len(axes)
+        if len(parts) < n + 2 or parts[-(n + 2)] != "raw" or not parts[-1].endswith(".json"):
+            raise ValueError(f"{path}: not a raw result path (raw/<experiment>/"
+                             f"{'/'.join(f'{a}=...' for a in axes)}.json)")
+        point = {}
+        for axis, part in zip(axes, [*parts[-n:-1], parts[-1].removesuffix(".json")],
+                              strict=True):
+            name, sep, value = part.partition("=")
+            if name != axis or not sep:
+                raise ValueError(f"{path}: expected {axis}=... where it has {part!r}")
+            point[axis] = value
+        return parts[-(n + 1)], point
+
+    # the test file (file_read): its default place and perfgrid's own notes on it
+    @property
+    def testfile_default(self) -> Path:
+        """The test file when ``testfile.path`` is not set: the only one perfgrid may remove."""
+        return self.root / "data" / "testfile.bin"
+
+    @property
+    def testfile_ready(self) -> Path:
+        """Written once the test file is generated or checked; benchmarks wait for it."""
+        return self.root / "data" / "testfile.ready.json"
+
+    @property
+    def testfile_record(self) -> Path:
+        """Identity of the test file generated at the default path (hidden: not archived)."""
+        return self.root / "data" / ".testfile.generated.json"
 
     def table(self, experiment: str) -> Path:
         return self.root / "tables" / f"{experiment}.csv"

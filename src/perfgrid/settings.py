@@ -1,33 +1,211 @@
 """The effective configuration: the validated config plus what follows from it.
 
 The JSON schema (``workflow/schemas/``) checks types, ranges and names; this
-module checks what a schema cannot (sizes in strings, free disk space, a
-test file inside the source tree) and fills in derived values. Every error
-names the config key and what is allowed, and is raised before any job runs.
+module checks what a schema cannot (whole floats where integers belong, NaN
+and infinities, patterns that must match the whole string, sizes in
+strings, paths that would clobber the repository or collide with the
+pipeline's own folders, a file already at the test file's path, free disk
+space) and fills in derived values. Every error names the config key and
+what is allowed, is raised before any job runs, and writes nothing: not
+even a folder, so a dry run leaves the disk as it found it.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import os
+import re
 import socket
+from collections.abc import Iterable, Iterator
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 from perfgrid import experiments, testfile
-from perfgrid.paths import REPO, SOURCE_DIRS, Layout
+from perfgrid.paths import REPO, RESERVED_NAMES, SOURCE_DIRS, Layout
 
 MEASURE_KEYS = ("processes", "values", "warmups", "loops")
+SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+#: a real config has a few hundred values; more is a mistake or a YAML alias bomb
+MAX_VALUES = 20_000
+MAX_DEPTH = 24
+#: error messages longer than this are cut (a value's repr can be megabytes)
+MAX_MESSAGE = 2_000
 
 
 class ConfigError(ValueError):
     """A config value perfgrid cannot use; the message names the key."""
 
 
+def brief(text: str, limit: int = MAX_MESSAGE) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit:,} more characters left out)"
+
+
+def key_of(path: Iterable[Any]) -> str:
+    """``file_read.block_sizes[0]`` from a path of keys and list indexes."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "config"
+
+
+def check_shape(config: Any) -> None:
+    """Refuse a config too large or deep to be real before anything walks it.
+
+    A ~300-byte YAML alias bomb expands to millions of values, and the schema
+    check (and its error message) would take minutes and print megabytes.
+    Counting stops at the limit, so this is fast whatever the input.
+    """
+    stack: list[tuple[Any, tuple, int]] = [(config, (), 0)]
+    count = 0
+    while stack:
+        node, path, depth = stack.pop()
+        count += 1
+        if count > MAX_VALUES or depth > MAX_DEPTH:
+            what = (f"more than {MAX_VALUES:,} values" if count > MAX_VALUES
+                    else f"nesting deeper than {MAX_DEPTH} levels")
+            raise ConfigError(f"{key_of(path)}: the config has {what} (YAML aliases "
+                              f"expanding?); a perfgrid config has a few hundred values")
+        if isinstance(node, dict):
+            stack += [(v, (*path, k), depth + 1) for k, v in node.items()]
+        elif isinstance(node, list | tuple):
+            stack += [(v, (*path, i), depth + 1) for i, v in enumerate(node)]
+
+
+def _number_range(schema: dict[str, Any]) -> str:
+    bounds = []
+    if "minimum" in schema:
+        bounds.append(f">= {schema['minimum']}")
+    if "exclusiveMinimum" in schema:
+        bounds.append(f"> {schema['exclusiveMinimum']}")
+    if "maximum" in schema:
+        bounds.append(f"<= {schema['maximum']}")
+    if "exclusiveMaximum" in schema:
+        bounds.append(f"< {schema['exclusiveMaximum']}")
+    return f" {' and '.join(bounds)}" if bounds else ""
+
+
+def allowed(schema: Any) -> str:
+    """What a schema node allows, in words."""
+    if not isinstance(schema, dict):
+        return ""
+    if "enum" in schema:
+        return f"one of {schema['enum']}"
+    kinds = schema.get("type")
+    kinds = [kinds] if isinstance(kinds, str) else list(kinds or [])
+    words = []
+    if "integer" in kinds:
+        words.append(f"a whole number without a decimal point{_number_range(schema)}")
+    elif "number" in kinds:
+        words.append(f"a finite number{_number_range(schema)}")
+    if "string" in kinds:
+        pattern = schema.get("pattern")
+        words.append(f"a string matching {pattern}" if pattern else "a string")
+    if "array" in kinds:
+        item = allowed(schema.get("items"))
+        words.append(f"a list of {item}" if item else "a list")
+    if "object" in kinds:
+        words.append(f"a mapping of {sorted(schema.get('properties', {}))}"
+                     if schema.get("properties") else "a mapping")
+    if "null" in kinds:
+        words.append("null")
+    if not words and "oneOf" in schema:
+        words = [allowed(s) for s in schema["oneOf"]]
+    text = " or ".join(w for w in words if w)
+    description = " ".join(str(schema.get("description", "")).split())
+    return f"{text} ({description})" if text and description else text or description
+
+
+def schema_message(error: Any) -> str:
+    """``key: what is wrong; allowed: ...`` from a jsonschema ValidationError."""
+    path = list(error.absolute_path)
+    if error.validator == "additionalProperties":
+        known = sorted(error.schema.get("properties", {}))
+        return brief(f"{key_of(path)}: {error.message}; allowed keys: {known}")
+    instance = error.instance
+    if isinstance(instance, float) and not math.isfinite(instance):
+        what = f"{instance} is not a finite number"
+    elif isinstance(instance, float) and instance.is_integer() and error.validator in (
+            "type", "oneOf"):
+        what = f"{instance!r} is a float; write a whole number ({int(instance)})"
+    else:
+        what = error.message
+    return brief(f"{key_of(path)}: {brief(what, 300)}; allowed: {allowed(error.schema)}")
+
+
+def _finite_number(checker: Any, instance: Any) -> bool:
+    if isinstance(instance, bool) or not isinstance(instance, int | float):
+        return False
+    return isinstance(instance, int) or math.isfinite(instance)
+
+
+def _whole_integer(checker: Any, instance: Any) -> bool:
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+def _full_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
+    from jsonschema import ValidationError
+
+    if isinstance(instance, str) and not re.fullmatch(pattern, instance):
+        yield ValidationError(f"{instance!r} does not match {pattern} as a whole")
+
+
+@cache
+def _strict_validator() -> Any:
+    """The schema, with integers that are ints, numbers that are finite, whole-string patterns.
+
+    JSON schema counts 2.0 as an integer and lets NaN past every bound, and
+    Python's ``$`` matches before a final newline; perfgrid wants none of it.
+    """
+    import yaml
+    from jsonschema import Draft202012Validator, validators
+
+    checker = Draft202012Validator.TYPE_CHECKER.redefine_many(
+        {"integer": _whole_integer, "number": _finite_number})
+    strict = validators.extend(Draft202012Validator, {"pattern": _full_pattern},
+                               type_checker=checker)
+    return strict(yaml.safe_load(SCHEMA.read_text()))
+
+
+def check_strict(config: dict[str, Any]) -> None:
+    """Raise ConfigError for the first value the schema lets through but perfgrid cannot use."""
+    errors = sorted(_strict_validator().iter_errors(config),
+                    key=lambda e: [str(p) for p in e.absolute_path])
+    if errors:
+        raise ConfigError(schema_message(errors[0]))
+
+
+def validated(config: dict[str, Any], check_disk: bool = True) -> dict[str, Any]:
+    """The whole check, as the workflow runs it: size, schema (filling in defaults), rest.
+
+    Raises ConfigError with one short message naming the key and what is
+    allowed; ``config`` gets the schema's defaults, as Snakemake's validate does.
+    """
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
+    check_shape(config)  # first: an alias bomb must not reach the schema check
+    try:
+        validate(config, str(SCHEMA))
+    except WorkflowError as err:
+        cause = err.__cause__ or err.__context__  # the jsonschema ValidationError
+        if hasattr(cause, "absolute_path"):
+            raise ConfigError(schema_message(cause)) from None
+        raise ConfigError(brief(str(err))) from None
+    return effective(config, check_disk)
+
+
 def effective(config: dict[str, Any], check_disk: bool = True) -> dict[str, Any]:
-    """The config with derived values filled in; raises ConfigError."""
+    """The config with derived values filled in; raises ConfigError, writes nothing."""
+    check_shape(config)
+    check_strict(config)
     cfg = copy.deepcopy(config)
     cfg["host"] = cfg.get("host") or socket.gethostname().split(".")[0]
+    _check_host(cfg["host"])
     known = experiments.available()
     chosen = cfg.get("experiments") or known
     unknown = [e for e in chosen if e not in known]
@@ -35,45 +213,86 @@ def effective(config: dict[str, Any], check_disk: bool = True) -> dict[str, Any]
         raise ConfigError(f"experiments: {unknown} not among the experiments here: {known}")
     cfg["experiments"] = [e for e in known if e in chosen]
 
-    layout = Layout.for_host(cfg["host"], cfg.get("results", "results"))
+    results = str(cfg.get("results", "results"))
+    _not_an_option(results, "results")
+    layout = Layout.for_host(cfg["host"], results)
+    _outside_sources(str(layout.root), "results")
     tf = cfg.setdefault("testfile", {})
     try:
         tf["size_bytes"] = testfile.parse_size(tf.get("size", "1GiB"), "testfile.size")
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    tf["path"] = tf.get("path") or str(layout.root / "data" / "testfile.bin")
+    if tf["size_bytes"] < testfile.MIN_SIZE:
+        raise ConfigError(f"testfile.size: {tf.get('size')!r} is {tf['size_bytes']:,} bytes; "
+                          f"allowed: at least {testfile.MIN_SIZE:,} bytes (4KiB)")
+    tf["path"] = tf.get("path") or str(layout.testfile_default)
+    _not_an_option(tf["path"], "testfile.path")
     _outside_sources(tf["path"], "testfile.path")
-    if "file_read" in cfg["experiments"] and check_disk:
+    database = (cfg.get("http") or {}).get("database")
+    if database:
+        _not_an_option(database, "http.database")
+        _outside_sources(database, "http.database")
+    if "file_read" in cfg["experiments"]:
         try:
-            testfile.check_free_space(tf["path"], tf["size_bytes"])
+            testfile.check_existing(tf["path"], tf["size_bytes"], tf.get("seed"))
+            if check_disk:
+                testfile.check_free_space(tf["path"], tf["size_bytes"])
         except ValueError as err:
             raise ConfigError(str(err)) from None
 
     for name in cfg["experiments"]:
         section = cfg.setdefault(name, {})
         section["measure"] = {**cfg.get("measure", {}), **(section.get("measure") or {})}
+    for name in cfg["experiments"]:
+        try:  # what only the grid shows (http concurrency above requests, ...)
+            grid(cfg, name)
+        except (ValueError, KeyError, TypeError) as err:
+            message = err.args[0] if isinstance(err, KeyError) and err.args else err
+            raise ConfigError(brief(str(message))) from None
     if check_disk:
         _writable(layout.root, "results")
     return cfg
 
 
+def _check_host(host: str) -> None:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", host):
+        raise ConfigError(f"host: {host!r} cannot name a folder; allowed: 1 to 63 letters, "
+                          f"digits, '.', '_' or '-', starting with a letter or digit")
+    if host in RESERVED_NAMES:
+        raise ConfigError(f"host: {host!r} is a folder the pipeline itself uses under "
+                          f"results/ ({', '.join(RESERVED_NAMES)}); choose another name")
+
+
+def _not_an_option(path: str, key: str) -> None:
+    if path.startswith("-"):
+        raise ConfigError(f"{key}: {path!r} begins with '-' and would read as an option on a "
+                          f"command line; allowed: a path not beginning with '-' "
+                          f"(write ./{path} if you mean it)")
+
+
 def _writable(folder: Path, key: str) -> None:
-    """Raise unless files can be created in ``folder`` (made if missing)."""
-    probe = folder / f".perfgrid-write-probe-{os.getpid()}"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as err:
-        raise ConfigError(f"{key}: cannot write results to {folder}: {err.strerror}") from None
+    """Raise unless files can be created in ``folder``; creates nothing.
+
+    The nearest existing folder on the way must be a writable, searchable
+    directory; the jobs make the rest.
+    """
+    probe = Path(folder).absolute()
+    while not os.path.lexists(probe):
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ConfigError(f"{key}: cannot write results to {folder}: {probe} is not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(f"{key}: cannot write results to {folder}: {probe} is not writable")
 
 
 def _outside_sources(path: str, key: str) -> None:
+    """Raise if ``path`` lies in (or would hold) one of the repository's source folders."""
     resolved = Path(path).resolve()
     for folder in SOURCE_DIRS:
-        if resolved.is_relative_to(REPO / folder):
+        source = REPO / folder
+        if resolved.is_relative_to(source) or source.is_relative_to(resolved):
             raise ConfigError(
-                f"{key}: {path} lies inside the source folder {folder}/; "
+                f"{key}: {path} lies inside the source folder {folder}/ or holds it; "
                 f"put generated data under results/ or outside the repository"
             )
 

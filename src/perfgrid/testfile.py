@@ -6,14 +6,23 @@ machines, so the SHA-256 is the same everywhere, and SFC64 makes ~2.7 GB/s
 here against PCG64's ~0.4); with no seed it comes from the OS's random
 source, as the seed experiment's ``dd if=/dev/urandom`` did. Hashing and
 writing one chunk overlap with generating the next.
+
+perfgrid never deletes, truncates or overwrites a file it did not create:
+a file already at the test file's path is used only if its sidecar (written
+by :func:`generate`) matches the config and the file itself (size at parse
+time, SHA-256 in the job before any benchmark); a new file is written under
+a temporary name and linked into place only if nothing is there.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import json
 import os
 import re
 import shutil
+import stat
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,12 +30,16 @@ from typing import Any
 
 import numpy as np
 
-from perfgrid.atomic import atomic_path, write_json
+from perfgrid.atomic import write_json
 
 CHUNK = 64 << 20
 _UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
           "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 SIZE_PATTERN = r"^\s*[0-9]+\s*(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)?\s*$"
+#: the smallest test file: one page, so that every block size and cache check makes sense
+MIN_SIZE = 4096
+#: keys of perfgrid's sidecar; a JSON file without them is not perfgrid's
+FACT_KEYS = ("size", "seed", "sha256", "source")
 
 
 def parse_size(value: int | str, key: str = "size") -> int:
@@ -80,21 +93,137 @@ def _chunks(size: int, seed: int | None):
         done += n
 
 
+def sidecar_of(path: str | os.PathLike[str]) -> Path:
+    """The sidecar JSON beside a test file: ``<path>.json``."""
+    return Path(f"{path}.json")
+
+
+def read_facts(sidecar: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The facts of a perfgrid sidecar, or None if ``sidecar`` is absent or not perfgrid's."""
+    try:
+        if not stat.S_ISREG(os.lstat(sidecar).st_mode):
+            return None
+        with open(sidecar, encoding="utf-8") as handle:
+            facts = json.loads(handle.read(1 << 20))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(facts, dict) or any(k not in facts for k in FACT_KEYS):
+        return None
+    if not isinstance(facts["size"], int) or not isinstance(facts["sha256"], str):
+        return None
+    return facts
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def check_existing(path: str | os.PathLike[str], size: int, seed: int | None,
+                   key: str = "testfile.path") -> dict[str, Any] | None:
+    """Decide, without reading the data, whether ``path`` may serve as the test file.
+
+    Returns None when nothing is there (perfgrid will generate it), the
+    sidecar's facts when a file perfgrid generated with this size and seed is
+    there, and raises ValueError (naming the path and what differs) for
+    anything else: a user's file, a directory, a device, a stale file.
+    Cheap enough for a dry run; :func:`verify` checks the SHA-256 later.
+    """
+    sidecar = sidecar_of(path)
+    leave = (f"perfgrid never deletes or overwrites a file it did not create: move it "
+             f"away or set {key} to a free path")
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        if os.path.lexists(sidecar) and read_facts(sidecar) is None:
+            raise ValueError(f"{key}: {sidecar} exists and is not a perfgrid sidecar; "
+                             f"{leave}") from None
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"{key}: {path} is {_kind(info.st_mode)}; the test file must be a "
+                         f"regular file that perfgrid generated. {leave}")
+    facts = read_facts(sidecar)
+    if facts is None:
+        raise ValueError(f"{key}: {path} exists but has no perfgrid sidecar ({sidecar}), so "
+                         f"perfgrid did not generate it; {leave}")
+    differs = []
+    if facts["size"] != size:
+        differs.append(f"size {facts['size']:,} bytes in the sidecar, {size:,} in the config")
+    if facts["seed"] != seed:
+        differs.append(f"seed {facts['seed']} in the sidecar, {seed} in the config")
+    if info.st_size != facts["size"]:
+        differs.append(f"the file has {info.st_size:,} bytes, the sidecar says "
+                       f"{facts['size']:,}")
+    if differs:
+        raise ValueError(f"{key}: {path} does not match the config: {'; '.join(differs)}. "
+                         f"{leave}")
+    return facts
+
+
+def verify(path: str | os.PathLike[str], facts: dict[str, Any],
+           key: str = "testfile.path") -> None:
+    """Raise ValueError unless the file's size and SHA-256 are the sidecar's."""
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size != facts["size"]:
+            raise ValueError(f"{key}: {path} has {size:,} bytes, its sidecar says "
+                             f"{facts['size']:,}; perfgrid leaves it as it is")
+        digest = hashlib.file_digest(handle, "sha256").hexdigest()
+    if digest != facts["sha256"]:
+        raise ValueError(f"{key}: {path} has SHA-256 {digest}, its sidecar says "
+                         f"{facts['sha256']}: the file changed since perfgrid wrote it; "
+                         f"perfgrid leaves it as it is")
+
+
+def _link_new(tmp: Path, target: Path) -> None:
+    """Put ``tmp`` at ``target`` only if nothing is there (never replaces a file)."""
+    try:
+        os.link(tmp, target)
+    except FileExistsError:
+        raise ValueError(f"{target} appeared while the test file was generated; perfgrid "
+                         f"leaves it as it is") from None
+    except OSError as err:
+        if err.errno not in (errno.EPERM, errno.ENOTSUP, errno.EXDEV, errno.EMLINK):
+            raise
+        if os.path.lexists(target):  # no hard links here: check, then rename
+            raise ValueError(f"{target} appeared while the test file was generated; "
+                             f"perfgrid leaves it as it is") from None
+        os.rename(tmp, target)
+
+
 def generate(path: str | os.PathLike[str], size: int, seed: int | None) -> dict[str, Any]:
-    """Write the test file atomically and return its sidecar facts."""
+    """Write the test file and return its sidecar facts.
+
+    The data goes to a temporary name beside ``path`` and is linked into
+    place only if nothing is at ``path``: an existing file is never replaced.
+    """
+    target = Path(path)
+    if os.path.lexists(target):
+        raise ValueError(f"{target} already exists; perfgrid leaves it as it is")
     check_free_space(path, size)
     digest = hashlib.sha256()
     started = time.perf_counter()
     pending: list = []
-    with atomic_path(path) as tmp, open(tmp, "wb") as out, ThreadPoolExecutor(2) as pool:
-        for chunk in _chunks(size, seed):
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "xb") as out, ThreadPoolExecutor(2) as pool:
+            for chunk in _chunks(size, seed):
+                for future in pending:
+                    future.result()
+                pending = [pool.submit(out.write, chunk), pool.submit(digest.update, chunk)]
             for future in pending:
                 future.result()
-            pending = [pool.submit(out.write, chunk), pool.submit(digest.update, chunk)]
-        for future in pending:
-            future.result()
-        out.flush()
-        elapsed = time.perf_counter() - started
+            out.flush()
+            elapsed = time.perf_counter() - started
+            os.fsync(out.fileno())
+        _link_new(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
     return {
         "path": str(path),
         "size": size,
@@ -107,8 +236,64 @@ def generate(path: str | os.PathLike[str], size: int, seed: int | None) -> dict[
     }
 
 
-def main(path: str, sidecar: str, size: int, seed: int | None) -> None:
-    facts = generate(path, size, seed)
-    write_json(sidecar, facts)
-    print(f"wrote {path}: {size:,} bytes at {facts['bytes_per_s'] / 1e9:.2f} GB/s, "
-          f"sha256 {facts['sha256']}")
+def prepare(path: str, size: int, seed: int | None, ready: str,
+            record: str | None = None) -> tuple[dict[str, Any], bool]:
+    """Make the test file ready for the benchmarks and write ``ready`` (facts, and how).
+
+    Nothing at ``path``: generate it and its sidecar. A file perfgrid made
+    there before: check its sidecar and SHA-256, and use it. Anything else:
+    raise, leaving it untouched. ``record`` (only for the default path under
+    results/) notes the generated file's identity, so that only that very
+    file is ever removed (see :func:`remove_generated`).
+    """
+    facts = check_existing(path, size, seed)
+    if facts is None:
+        sidecar = sidecar_of(path)
+        facts = generate(path, size, seed)
+        if os.path.lexists(sidecar) and read_facts(sidecar) is None:
+            raise ValueError(f"{sidecar} appeared and is not a perfgrid sidecar; perfgrid "
+                             f"leaves it as it is")
+        write_json(sidecar, facts)
+        generated = True
+        if record:
+            info = os.stat(path)
+            write_json(record, {"path": os.path.abspath(path), "dev": info.st_dev,
+                                "ino": info.st_ino, "size": info.st_size,
+                                "mtime_ns": info.st_mtime_ns, "generated_at": time.time()})
+    else:
+        verify(path, facts)
+        generated = False
+    write_json(ready, {**facts, "path": str(path), "generated": generated})
+    return facts, generated
+
+
+def remove_generated(record: str | os.PathLike[str], since: float) -> bool:
+    """Remove the test file generated since ``since``, if it is still that very file.
+
+    Identity is the device, inode, size and mtime noted at generation; a
+    file perfgrid did not generate in this run is never removed.
+    """
+    try:
+        with open(record, encoding="utf-8") as handle:
+            noted = json.load(handle)
+        if noted["generated_at"] < since:
+            return False
+        info = os.lstat(noted["path"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    same = (stat.S_ISREG(info.st_mode) and (info.st_dev, info.st_ino, info.st_size,
+            info.st_mtime_ns) == (noted["dev"], noted["ino"], noted["size"], noted["mtime_ns"]))
+    if same:
+        os.unlink(noted["path"])
+    Path(record).unlink(missing_ok=True)
+    return same
+
+
+def main(path: str, ready: str, size: int, seed: int | None, record: str | None = None) -> None:
+    facts, generated = prepare(path, size, seed, ready, record)
+    if generated:
+        print(f"wrote {path}: {size:,} bytes at {facts['bytes_per_s'] / 1e9:.2f} GB/s, "
+              f"sha256 {facts['sha256']}")
+    else:
+        print(f"using {path}, generated earlier by perfgrid: {size:,} bytes, "
+              f"sha256 {facts['sha256']} as its sidecar says")

@@ -4,17 +4,16 @@ import shlex
 import sys
 import time
 
-from snakemake.utils import validate
-
 from perfgrid import experiments, settings
 from perfgrid.paths import Layout
 
 
-validate(config, "../schemas/config.schema.yaml")
+# The schema (../schemas/config.schema.yaml, defaults filled in) and what it cannot
+# express: one short message naming the key, before any job, and nothing written.
 try:
-    SETTINGS = settings.effective(config)
+    SETTINGS = settings.validated(config)
 except settings.ConfigError as err:
-    raise WorkflowError(f"invalid config: {err}") from None
+    raise WorkflowError(settings.brief(f"invalid config: {err}")) from None
 
 envvars:
     "PATH",
@@ -31,6 +30,10 @@ os.environ.update(
 CONDA_ENV = "../envs/perfgrid.yaml"
 LAYOUT = Layout.for_host(SETTINGS["host"], SETTINGS["results"])
 TESTFILE = SETTINGS["testfile"]["path"]
+# perfgrid removes only a test file it generated at the default path in this run
+# (rule testfile notes its identity; onsuccess below); any other file stays
+TESTFILE_OWNED = os.path.abspath(TESTFILE) == os.path.abspath(LAYOUT.testfile_default)
+STARTED = time.time()
 try:  # benchmark jobs take every core, so nothing runs beside them
     BENCH_THREADS = workflow.cores
 except WorkflowError:  # no --cores: a cluster run (profiles/slurm), --report, --lint, dry runs
@@ -52,6 +55,12 @@ onstart:
     write_json(LAYOUT.run_record, {"argv": sys.argv, "started": time.time(),
                                    "cwd": os.getcwd(), "snakemake": snakemake_version})
     start_reporter([r for e in SETTINGS["experiments"] for r in runnable(e)])
+
+
+onsuccess:
+    from perfgrid import testfile
+
+    testfile.remove_generated(LAYOUT.testfile_record, since=STARTED)
 
 
 wildcard_constraints:

@@ -3,7 +3,8 @@
 
 rule file_read:
     input:
-        testfile=TESTFILE,
+        # the test file is generated or checked by rule testfile (setup.smk)
+        ready=LAYOUT.testfile_ready,
         workload=f"{SRC}/experiments/file_read.py",
         beams=erlang_input("pg_file_read"),
     output:
@@ -11,6 +12,7 @@ rule file_read:
     log:
         LAYOUT.log_pattern("file_read", experiments.get("file_read").axes),
     params:
+        testfile=TESTFILE,
         bench=bench_params("file_read"),
         erlang=erlang_options,
     threads: BENCH_THREADS
@@ -20,4 +22,4 @@ rule file_read:
         CONDA_ENV
     shell:
         "python -m perfgrid.bench file_read {params.bench} {params.erlang} "
-        "--option testfile={input.testfile:q} --result {output:q} > {log:q} 2>&1"
+        "--option testfile={params.testfile:q} --result {output:q} > {log:q} 2>&1"

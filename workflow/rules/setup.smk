@@ -44,20 +44,25 @@ rule skipped:
 
 
 rule testfile:
+    # The data file is no declared output: Snakemake deletes the outputs of a failed
+    # job and temp() outputs once used, and the file at testfile.path may be a file
+    # perfgrid did not create. The job generates it where nothing is (linked into
+    # place, never replacing), or checks the one perfgrid generated there before
+    # (sidecar and SHA-256), and then writes the ready note the benchmarks wait for.
     output:
-        # temp: regenerated in seconds when needed, never archived; once every
-        # benchmark that reads it is done, Snakemake removes it
-        data=temp(TESTFILE),
-        facts=TESTFILE + ".json",
+        # temp: made again (in seconds) whenever a benchmark needs the file
+        ready=temp(LAYOUT.testfile_ready),
     log:
         LAYOUT.log("testfile.log"),
     params:
+        path=TESTFILE,
         size=SETTINGS["testfile"]["size_bytes"],
         seed=SETTINGS["testfile"]["seed"],
+        record=f"--record {shlex.quote(str(LAYOUT.testfile_record))}" if TESTFILE_OWNED else "",
     # alone on the machine, like a benchmark: its generation speed is recorded
     threads: BENCH_THREADS
     conda:
         CONDA_ENV
     shell:
         "python -m perfgrid.cli testfile --size {params.size} --seed {params.seed} "
-        "{output.data:q} {output.facts:q} > {log:q} 2>&1"
+        "{params.record} -- {params.path:q} {output.ready:q} > {log:q} 2>&1"

@@ -1,0 +1,101 @@
+"""The table takes a raw result only at its own point's path, and each point once."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pyperf
+import pytest
+
+from perfgrid import aggregate
+from perfgrid.experiments import get
+from perfgrid.paths import Layout
+
+EXP = get("file_read")
+LAYOUT = Layout.for_host("tiny", "results")
+
+
+def point(variant: str = "read", block_size: int = 65536) -> dict:
+    return {"variant": variant, "cache": "warm", "binding": "none", "workers": 1,
+            "block_size": block_size}
+
+
+def write_result(root: Path, pt: dict, at: dict | None = None, experiment: str = "file_read",
+                 runtime: str | None = None) -> Path:
+    """A pyperf result recording ``pt``, written at ``at``'s path (default its own)."""
+    path = root / LAYOUT.raw_result(experiment, at or pt, get(experiment).axes)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"name": "x", "loops": 1, "perfgrid_experiment": "file_read",
+            "perfgrid_point": json.dumps(pt, sort_keys=True),
+            "perfgrid_runtime": runtime or EXP.runtime(pt), "perfgrid_work_per_loop": 1 << 20,
+            **{f"perfgrid_{k}": v for k, v in pt.items()}}
+    run = pyperf.Run([0.01, 0.011], metadata=meta, collect_metadata=False)
+    pyperf.Benchmark([run]).dump(str(path))
+    return path
+
+
+def test_results_at_their_own_paths_make_the_table(tmp_path):
+    paths = [write_result(tmp_path, point("read")), write_result(tmp_path, point("dd"))]
+    table = aggregate.build_table("file_read", paths)
+    assert sorted(table["variant"]) == ["dd", "read"]
+
+
+def test_a_result_copied_to_another_points_path_stops_the_table(tmp_path):
+    a = write_result(tmp_path, point("read"))
+    b = write_result(tmp_path, point("dd"))
+    shutil.copy(a, b)  # b now records read's point: two read rows, dd silently missing
+    with pytest.raises(ValueError) as info:
+        aggregate.build_table("file_read", [a, b])
+    text = str(info.value)
+    assert str(b) in text and "variant=read" in text and "variant=dd" in text
+    assert LAYOUT.raw_result("file_read", point("read"), EXP.axes).split("/raw/")[1] in text
+
+
+@pytest.mark.parametrize("case", ["block_size", "experiment_folder", "runtime", "not_raw",
+                                  "point_not_json"])
+def test_a_result_that_does_not_match_its_path_is_refused(tmp_path, case):
+    if case == "block_size":
+        path = write_result(tmp_path, point(block_size=4096), at=point(block_size=65536))
+    elif case == "experiment_folder":
+        path = write_result(tmp_path, point())
+        moved = Path(str(path).replace("/raw/file_read/", "/raw/syscall/"))
+        moved.parent.mkdir(parents=True)
+        path = Path(shutil.move(path, moved))
+    elif case == "runtime":
+        path = write_result(tmp_path, point("dd"), runtime="python")
+    elif case == "not_raw":
+        path = Path(shutil.move(write_result(tmp_path, point()), tmp_path / "loose.json"))
+    else:
+        path = write_result(tmp_path, point())
+        data = json.loads(path.read_text())
+        data["metadata"]["perfgrid_point"] = "not json"
+        path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=str(path).replace(".", r"\.")):
+        aggregate.build_table("file_read", [path])
+
+
+def test_the_same_point_twice_stops_the_table(tmp_path):
+    a = write_result(tmp_path, point())
+    other = tmp_path / "copy"
+    b = write_result(other, point())
+    with pytest.raises(ValueError, match="both record the point"):
+        aggregate.build_table("file_read", [a, b])
+
+
+def test_one_off_reading_takes_any_path(tmp_path):
+    """row_from_result without check_path reads a file wherever it is (e.g. a test's)."""
+    loose = Path(shutil.move(write_result(tmp_path, point()), tmp_path / "loose.json"))
+    assert aggregate.row_from_result(loose)["variant"] == "read"
+    with pytest.raises(ValueError, match="not a raw result path"):
+        aggregate.row_from_result(loose, check_path=True)
+
+
+def test_result_point_is_the_inverse_of_raw_result():
+    pt = point("pread_parallel", 1 << 20)
+    path = LAYOUT.raw_result("file_read", pt, EXP.axes)
+    assert Layout.result_point(path, EXP.axes) == ("file_read",
+                                                   {k: str(v) for k, v in pt.items()})
+    with pytest.raises(ValueError, match="not exactly the axes"):
+        LAYOUT.raw_result("file_read", {**pt, "extra": 1}, EXP.axes)
