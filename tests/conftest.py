@@ -58,7 +58,7 @@ CONFIG = {
         "bindings": ["none", "single"],
         "caches": ["warm"],
         "measure": {"processes": 1, "values": 2, "warmups": 0, "loops": 1,
-                    "claims": {"processes": 3}},
+                    "claims": {"processes": 3, "values": 1}},
     },
 }
 
