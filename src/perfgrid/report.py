@@ -76,6 +76,7 @@ def claims_figure(claims: list[Claim], path: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
     import numpy as np
 
     colours = {"reproduced": "tab:green", "not reproduced": "tab:red",
@@ -99,6 +100,8 @@ def claims_figure(claims: list[Claim], path: Path) -> Path:
             ax.plot(xs[0], i, "o", mfc="white", color=colour, ms=5)
     ax.axvline(1.0, color="k", lw=0.8)
     ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_yticks(range(len(labels)), labels, fontsize=6)
     ax.set_xlabel("measured / threshold, right of 1: the claim holds\n"
                   "bar: 95 % interval; hollow dot: no interval", fontsize=8)
