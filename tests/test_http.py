@@ -26,6 +26,7 @@ from perfgrid.experiments import get
 from perfgrid.experiments.http import CorrectnessError, check_load
 
 from conftest import REPO
+from processes import gone
 from synthetic import row, single
 
 EXP = get("http")
@@ -42,23 +43,6 @@ def point(variant="asyncio", client="builtin", keepalive="off", bind="none", wor
 
 def descendants() -> set[int]:
     return {p.pid for p in psutil.Process().children(recursive=True)}
-
-
-def gone(pids, timeout=5.0) -> bool:
-    """True once none of ``pids`` is a live (non-zombie) process."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        alive = []
-        for pid in pids:
-            try:
-                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                    alive.append(pid)
-            except psutil.NoSuchProcess:
-                pass
-        if not alive:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.fixture

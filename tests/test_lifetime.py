@@ -25,28 +25,15 @@ import pytest
 from perfgrid import lifetime
 
 from conftest import REPO
+from processes import still_alive_after
 
 SRC = REPO / "src" / "perfgrid"
 GONE_WITHIN_S = 10.0
 
 
-def _live(pids: list[int]) -> list[int]:
-    alive = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                alive.append(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return alive
-
-
 def _wait_gone(pids: list[int]) -> list[int]:
     """The pids still alive after at most GONE_WITHIN_S seconds of polling."""
-    deadline = time.monotonic() + GONE_WITHIN_S
-    while (alive := _live(pids)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return alive
+    return still_alive_after(pids, GONE_WITHIN_S)
 
 
 def _describe(pids: list[int]) -> list[str]:

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 
 import numpy as np
 import pandas as pd
@@ -26,6 +25,7 @@ from perfgrid.experiments import get
 from perfgrid.experiments import ring as ring_mod
 
 from conftest import REPO
+from processes import gone
 from synthetic import row, single
 
 EXP = get("ring")
@@ -46,23 +46,6 @@ def native_binary(tmp_path_factory) -> str:
     subprocess.run(["cc", "-O2", "-Wall", "-o", str(out),
                     str(REPO / "src" / "perfgrid" / "native" / "ring.c")], check=True)
     return str(out)
-
-
-def gone(pids, timeout=5.0) -> bool:
-    """True once none of ``pids`` is a live (non-zombie) process."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        alive = []
-        for pid in pids:
-            try:
-                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                    alive.append(pid)
-            except psutil.NoSuchProcess:
-                pass
-        if not alive:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.mark.parametrize("variant", LOOPS)
