@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from types import ModuleType
 
@@ -146,9 +145,9 @@ def best_row(rows):
     return best, reduce(rate_estimates(rows), np.max)
 
 
-def median_of(parts: list[Estimate], how: Callable = np.median) -> Estimate:
+def median_of(parts: list[Estimate]) -> Estimate:
     """The median of several estimates (ratios over a grid), with its interval."""
-    return reduce(parts, how)
+    return reduce(parts, np.median)
 
 
 #: seaborn keywords that draw the rows of :func:`interval_rows` as the point's rate and

@@ -158,7 +158,7 @@ def _claims(table: pd.DataFrame, runtime: str) -> list[Claim]:
     found = [(w, [r for _, r in _ratios(rows, "workers", w, 1)]) for w in counts]
     found = [(w, ratios) for w, ratios in found if ratios]
     if found:
-        best = median_of([median_of(r) for _, r in found], np.max)
+        best = reduce([median_of(r) for _, r in found], np.max)
         out.append(judged(NAME, hyp, crit, best, ">=", MORE_WORKERS_HELP,
                           "best of the medians; " + "; ".join(f"{w} workers / 1: {_spread(r)}"
                                                               for w, r in found),
