@@ -57,7 +57,7 @@ CONFIG = {
         "workers": [1, 2],
         "bindings": ["none", "single"],
         "caches": ["warm"],
-        "measure": {"processes": 1, "values": 2, "warmups": 0, "loops": 1,
+        "measure": {"processes": 1, "values": 2, "warmups": 0, "loops": 1, "target_ci": None,
                     "claims": {"processes": 3, "values": 1}},
     },
 }

@@ -31,7 +31,7 @@ GRID = {
         "variants": ["read", "readinto", "dd"],
         "block_sizes": [1024, 4096, 65536],
         "caches": ["warm"],
-        "measure": {"processes": 1, "values": 3, "warmups": 1, "loops": 1},
+        "measure": {"processes": 1, "values": 3, "warmups": 1, "loops": 1, "target_ci": None},
     },
 }
 POINTS = 9

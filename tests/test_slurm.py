@@ -34,7 +34,7 @@ CONFIG = {
         "workers": [1, 2],
         "bindings": ["none"],
         "caches": ["warm"],
-        "measure": {"processes": 1, "values": 2, "warmups": 0, "loops": 1},
+        "measure": {"processes": 1, "values": 2, "warmups": 0, "loops": 1, "target_ci": None},
     },
 }
 AXES = ["variant", "cache", "binding", "workers", "block_size"]

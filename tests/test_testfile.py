@@ -195,7 +195,8 @@ def test_only_the_file_generated_in_this_run_is_removed(tmp_path):
 TINY = {"host": "tiny", "experiments": ["file_read"], "noise": {"busy_share": 1.0},
         "testfile": {"size": "64KiB", "seed": 3},
         "file_read": {"variants": ["whole"], "caches": ["warm"], "runtimes": ["python"],
-                      "measure": {"processes": 1, "values": 1, "warmups": 0, "loops": 1}}}
+                      "measure": {"processes": 1, "values": 1, "warmups": 0, "loops": 1,
+                                  "target_ci": None}}}
 
 
 def _tiny(folder, **testfile_keys):

@@ -25,10 +25,16 @@ from perfgrid.paths import Layout
 
 COMMON_COLUMNS = [
     "experiment", "runtime", "variant", "block_size", "workers", "binding", "cache",
-    "n_values", "n_processes", "mean_s", "median_s", "stdev_s", "cv", "rate", "rate_ci_low",
-    "rate_ci_high", "ci_rel", "ci_method", "ci_reason", "rate_unit", "ratio_to_native",
-    "process_values", "process_metadata",
+    "n_values", "n_processes", "n_rounds", "mean_s", "median_s", "stdev_s", "cv", "rate",
+    "rate_ci_low", "rate_ci_high", "ci_rel", "ci_method", "ci_reason", "converged", "stop",
+    "measure_seconds", "rate_unit", "ratio_to_native", "process_values", "process_rounds",
+    "process_metadata",
 ]
+#: how the rounds of one point combine, for the columns that differ between rounds
+#: (the rest are the same in every round, or the first round's)
+ROUND_MERGE = {"started": min, "finished": max, "measure_seconds": sum, "batches": sum,
+               "converged": all, "noisy": max, "stolen": max, "busy_share": max,
+               "steal_share": max, "load_before": max, "load_after": max}
 
 
 def process_values(bench: pyperf.Benchmark) -> list[list[float]]:
@@ -62,8 +68,10 @@ def rate_estimate(row: Any) -> stats.Estimate:
     if not isinstance(raw, str | list) or not raw:
         return stats.Estimate.unknown(rate, "no raw values")
     groups = json.loads(raw) if isinstance(raw, str) else raw
+    rounds = row.get("process_rounds")
+    rounds = json.loads(rounds) if isinstance(rounds, str) and rounds else None
     work = float(row["work_per_loop"])
-    return stats.rate(groups, work, seed=_row_seed(row))
+    return stats.rate(groups, work, seed=_row_seed(row), rounds=rounds)
 
 
 def _row_seed(row: Any) -> int:
@@ -104,6 +112,10 @@ def check_result_path(path: str | Path, meta: dict[str, Any]) -> None:
             f"{path}: the result records {name} point {shown}, but its path stands for "
             f"{at_path} point {', '.join(f'{a}={v}' for a, v in from_path.items())}{home} "
             f"(a copied or moved file?)")
+    round_at_path = Layout.result_round(path)
+    if round_at_path is not None and meta.get("perfgrid_round") != round_at_path:
+        raise ValueError(f"{path}: records round {meta.get('perfgrid_round')!r}, but its path "
+                         f"stands for round {round_at_path} (a copied or moved file?)")
     runtime = experiment.runtime(experiment.parse_point(from_path))
     if meta.get("perfgrid_runtime") != runtime:
         raise ValueError(f"{path}: records runtime {meta.get('perfgrid_runtime')!r}, but "
@@ -116,14 +128,40 @@ def row_from_result(path: str | Path, check_path: bool = False) -> dict[str, Any
     With ``check_path`` (as the table does) the result must sit at its own
     point's path; without, any file is read at face value (one-off reading).
     """
+    return row_from_results([path], check_path)
+
+
+def _read(path: str | Path, check_path: bool) -> tuple[dict[str, Any], pyperf.Benchmark]:
     bench = pyperf.Benchmark.load(str(path))
     meta = _common_metadata(bench)
     if check_path:
         check_result_path(path, meta)
+    return meta, bench
+
+
+def row_from_results(paths: list[str | Path], check_path: bool = False) -> dict[str, Any]:
+    """One table row from the result files of one point: one file, or one per round.
+
+    Rounds are merged: their processes side by side (``process_rounds`` says
+    which round measured each), the columns that differ combined by
+    :data:`ROUND_MERGE`.
+    """
+    read = [_read(path, check_path) for path in paths]
+    metas = [meta for meta, _ in read]
+    meta = dict(metas[0])
+    for key, how in ROUND_MERGE.items():
+        values = [m[f"perfgrid_{key}"] for m in metas if f"perfgrid_{key}" in m]
+        if values:
+            meta[f"perfgrid_{key}"] = how(values)
     point = json.loads(meta["perfgrid_point"])
     experiment = experiments.get(meta["perfgrid_experiment"])
-    values = bench.get_values()
-    groups = process_values(bench)
+    groups, rounds, per_process = [], [], []
+    for (m, bench), path in zip(read, paths, strict=True):
+        groups += process_values(bench)
+        per_process += process_metadata(bench)
+        label = m.get("perfgrid_round", Layout.result_round(path) or 1)
+        rounds += [label] * len(process_values(bench))
+    values = [v for g in groups for v in g]
     mean = statistics.fmean(values)
     stdev = statistics.stdev(values) if len(values) > 1 else 0.0
     work = float(meta["perfgrid_work_per_loop"])
@@ -136,6 +174,7 @@ def row_from_result(path: str | Path, check_path: bool = False) -> dict[str, Any
         "runtime": meta["perfgrid_runtime"],
         "n_values": len(values),
         "n_processes": len(groups),
+        "n_rounds": len(paths),
         "mean_s": mean,
         "median_s": statistics.median(values),
         "stdev_s": stdev,
@@ -143,11 +182,16 @@ def row_from_result(path: str | Path, check_path: bool = False) -> dict[str, Any
         "rate": work / mean if mean else float("nan"),
         "rate_unit": experiment.rate_unit,
         "hostname": meta.get("hostname", ""),
-        "result_file": str(path),
+        "result_file": str(paths[0]) if len(paths) == 1 else str(Path(paths[0]).parent),
         "process_values": json.dumps(groups),
-        "process_metadata": json.dumps(process_metadata(bench)),
+        "process_rounds": json.dumps(rounds) if len(paths) > 1 else "",
+        "process_metadata": json.dumps(per_process),
     })
-    row.pop("point", None)
+    for key in ("point", "round"):
+        row.pop(key, None)
+    if len(paths) > 1:
+        row["stop"] = "; ".join(f"round {m.get('perfgrid_round', i + 1)}: {m['perfgrid_stop']}"
+                                for i, m in enumerate(metas) if "perfgrid_stop" in m)
     estimate = rate_estimate(row)
     bounds = estimate.interval()
     row.update({
@@ -167,9 +211,18 @@ def build_table(experiment_name: str, paths: list[str | Path]) -> pd.DataFrame:
     no point may come twice: a wrong file stops the table, naming the files.
     """
     experiment = experiments.get(experiment_name)
+    by_point: dict[str, list[str | Path]] = {}
+    for path in paths:  # the rounds of one point sit in one folder, one file each
+        folder = Path(path).parent if Layout.result_round(path) is not None else Path(path)
+        by_point.setdefault(str(folder), []).append(path)
     rows, seen = [], {}
-    for path in paths:
-        row = row_from_result(path, check_path=True)
+    for files in by_point.values():
+        rounds = [Layout.result_round(f) for f in files]
+        if len(set(rounds)) != len(rounds):
+            raise ValueError(f"{files[0]}: the same round listed twice")
+        row = row_from_results(sorted(files, key=lambda f: Layout.result_round(f) or 0),
+                               check_path=True)
+        path = files[0]
         if row["experiment"] != experiment_name:
             raise ValueError(f"{path}: a {row['experiment']} result among the "
                              f"{experiment_name} results")

@@ -1,12 +1,20 @@
 """The pyperf harness every benchmark job runs: one grid point, one JSON file.
 
     python -m perfgrid.bench EXPERIMENT --point AXIS=VALUE ... \
-        --option KEY=VALUE ... --result PATH [pyperf options]
+        --option KEY=VALUE ... --result PATH [--target-ci 0.03 --max-seconds 60]
+        [pyperf options]
 
-pyperf re-executes this module for each worker process; our own options
-travel to the workers through ``add_cmdline_args``. The manager process holds
-an exclusive lock for the whole run, so no two benchmark jobs ever measure at
-the same time, and writes the result atomically (temporary name, rename).
+The job's process (the point manager) holds an exclusive lock for the whole
+point, so no two benchmark jobs ever measure at the same time, and measures
+in batches: each batch is one pyperf run (this module again, with
+``--batch``) of a few worker processes, merged into one benchmark, until the
+95 % interval of the rate meets ``--target-ci`` or the next batch would pass
+``--max-seconds`` (pyperf's Runner measures once per process, so batches are
+separate pyperf runs; later batches reuse the first one's calibrated loops).
+Without a target, one batch of ``--processes`` is the whole point. pyperf
+re-executes this module for each worker process; our own options travel to
+the workers through ``add_cmdline_args``. The result is written atomically
+(temporary name, rename), with how the point stopped and what drifted.
 """
 
 from __future__ import annotations
@@ -14,8 +22,11 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
+import math
 import os
+import subprocess
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,7 +34,7 @@ from pathlib import Path
 
 import pyperf
 
-from perfgrid import experiments, lifetime, noise
+from perfgrid import experiments, lifetime, noise, stats
 from perfgrid.atomic import atomic_path
 from perfgrid.experiments.base import Case
 
@@ -107,6 +118,104 @@ def _slurm_metadata() -> dict[str, str]:
     return {key: os.environ[var] for var, key in names.items() if os.environ.get(var)}
 
 
+def _batch_command(args: argparse.Namespace, processes: int, loops: int | None,
+                   output: Path) -> list[str]:
+    """One batch: a pyperf run of ``processes`` worker processes, written to ``output``."""
+    cmd = [sys.executable, "-m", "perfgrid.bench", args.experiment]
+    for item in args.point:
+        cmd += ["--point", item]
+    for item in args.option:
+        cmd += ["--option", item]
+    cmd += ["--processes", str(processes), "--values", str(args.values),
+            "--warmups", str(args.warmups)]
+    if loops:
+        cmd += ["--loops", str(loops)]
+    if args.verbose:
+        cmd.append("--verbose")
+    return lifetime.command([*cmd, "--batch", "--output", str(output)])
+
+
+def _run_batch(args: argparse.Namespace, processes: int, loops: int | None,
+               folder: Path, index: int) -> pyperf.Benchmark:
+    output = folder / f"batch-{index}.json"
+    done = subprocess.run(_batch_command(args, processes, loops, output), check=False)
+    if done.returncode != 0 or not output.exists():
+        raise SystemExit(f"batch {index} ({processes} processes) failed "
+                         f"(exit status {done.returncode})")
+    return pyperf.Benchmark.load(str(output))
+
+
+def point_interval(bench: pyperf.Benchmark, seed: int = 0) -> stats.Estimate:
+    """The rate of a (partly) measured point with its 95 % interval, as the table computes it."""
+    groups = [list(run.values) for run in bench.get_runs() if run.values]
+    runs = [run for run in bench.get_runs() if run.values]
+    work = float(runs[0].get_metadata()["perfgrid_work_per_loop"]) if runs else float("nan")
+    return stats.rate(groups, work, seed=seed)
+
+
+def next_batch(processes: int, ci_rel: float, target: float) -> int:
+    """Worker processes to add so the interval may meet ``target``: at most doubling.
+
+    A half-width shrinks about as 1/sqrt(processes), so ``processes * (ci/target)^2``
+    processes in all would meet it; without an interval yet, double.
+    """
+    if not math.isfinite(ci_rel):
+        return processes
+    wanted = math.ceil(processes * (ci_rel / target) ** 2) - processes
+    return max(1, min(processes, wanted))
+
+
+def measure_point(args: argparse.Namespace) -> tuple[pyperf.Benchmark, dict[str, object]]:
+    """Batches until the interval meets ``--target-ci`` or the cap stops it; how it ended."""
+    target, cap = args.target_ci, args.max_seconds
+    start = time.monotonic()
+    processes, loops = args.processes, args.loops
+    merged: pyperf.Benchmark | None = None
+    per_process = 0.0
+    with tempfile.TemporaryDirectory(prefix="perfgrid-batches-") as tmp:
+        for index in range(1, 10_000):
+            began = time.monotonic()
+            batch = _run_batch(args, processes, loops, Path(tmp), index)
+            # the slowest batch so far, per process (its start-up included): no overshoot
+            per_process = max(per_process, (time.monotonic() - began) / processes)
+            if merged is None:
+                merged, loops = batch, loops or batch.get_loops()
+            else:
+                merged.add_runs(batch)
+            spent = time.monotonic() - start
+            if target is None:
+                return merged, {"perfgrid_batches": index,
+                                "perfgrid_measure_seconds": round(spent, 3)}
+            estimate = point_interval(merged)
+            ci, total = estimate.ci_rel, merged.get_nrun()
+            outcome = {"perfgrid_batches": index, "perfgrid_measure_seconds": round(spent, 3),
+                       "perfgrid_target_ci": target, "perfgrid_max_seconds": cap,
+                       "perfgrid_converged": False}
+            # one process's interval knows only its own noise: it never decides convergence
+            if math.isfinite(ci) and ci <= target and estimate.method != stats.METHOD_VALUES:
+                outcome.update(perfgrid_converged=True, perfgrid_stop=(
+                    f"interval +/-{ci:.1%} met the target +/-{target:.1%} "
+                    f"after {total} processes"))
+                return merged, outcome
+            if estimate.reason.startswith("all values identical"):
+                outcome["perfgrid_stop"] = f"no interval: {estimate.reason}"
+                return merged, outcome
+            if index == 1 and spent > cap:
+                outcome["perfgrid_stop"] = (
+                    f"one batch of {processes} processes took {spent:.0f} s, over the cap "
+                    f"of {cap:g} s: no repetition fits")
+                return merged, outcome
+            fits = math.floor((cap - spent) / per_process)
+            if fits < 1:
+                shown = f"+/-{ci:.1%}" if math.isfinite(ci) else "no interval"
+                outcome["perfgrid_stop"] = (
+                    f"cap of {cap:g} s: {shown} after {total} processes ({spent:.0f} s); "
+                    f"target +/-{target:.1%}")
+                return merged, outcome
+            processes = min(next_batch(total, ci, target), fits)
+    raise AssertionError("unreachable: the cap ends every point")
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--hook" not in argv:
@@ -126,6 +235,17 @@ def main(argv: list[str] | None = None) -> None:
                         help="flag the point if other processes use more than this CPU share")
     parser.add_argument("--parent", type=int, default=None,
                         help="(workers) the manager's pid, to die with; default the parent")
+    parser.add_argument("--target-ci", type=float, default=None,
+                        help="add batches of processes until the interval's relative "
+                             "half-width is at most this")
+    parser.add_argument("--max-seconds", type=float, default=None,
+                        help="hard cap on the point's measuring time (with --target-ci)")
+    parser.add_argument("--steal-share", type=float, default=None,
+                        help="flag the point if steal time exceeds this share of CPU time")
+    parser.add_argument("--round", type=int, default=None,
+                        help="which of the point's rounds this job measures")
+    parser.add_argument("--batch", action="store_true",
+                        help="(internal) one batch: a plain pyperf run written to --output")
     args = runner.parse_args(argv)
     if args.worker:  # first: a manager killed before this leaves no worker measuring
         lifetime.die_with_parent(args.parent if args.parent is not None else os.getppid())
@@ -148,19 +268,27 @@ def main(argv: list[str] | None = None) -> None:
             case.close()
         return
 
+    if args.batch:  # pyperf's manager: starts the workers, writes --output
+        runner.bench_time_func(name, lambda loops: 0.0)
+        return
     if not args.result:
         raise SystemExit("--result PATH is required")
+    if args.target_ci is not None and args.max_seconds is None:
+        raise SystemExit("--target-ci needs --max-seconds (a hard cap)")
     lifetime.watch_snakemake()
     with exclusive(args.lock):
         started = time.time()
         busy = noise.wait_until_quiet(args.busy_share)
+        before = noise.snapshot()
         print(f"perfgrid: measuring {name}", file=sys.stderr, flush=True)
-        bench = runner.bench_time_func(name, lambda loops: 0.0)
+        bench, outcome = measure_point(args)
+        drift = noise.drift(before, noise.snapshot(), args.steal_share)
         finished = time.time()
-    if bench is None:
-        raise SystemExit(f"{name}: pyperf produced no benchmark")
-    bench.update_metadata({**busy, "perfgrid_started": started, "perfgrid_finished": finished,
-                           **_slurm_metadata()})
+    if args.round is not None:
+        outcome["perfgrid_round"] = args.round
+    bench.update_metadata({**busy, **drift, **outcome, "perfgrid_started": started,
+                           "perfgrid_finished": finished, **_slurm_metadata()})
+    print(f"perfgrid: {outcome.get('perfgrid_stop', 'fixed repetitions')}", file=sys.stderr)
     with atomic_path(args.result) as tmp:
         bench.dump(str(tmp))
     print(f"perfgrid: wrote {args.result} ({time.time() - started:.1f} s)", file=sys.stderr)

@@ -83,8 +83,15 @@ def welch(groups_a: list[list[float]], groups_b: list[list[float]]) -> tuple[flo
 
 
 def _groups(path: str) -> tuple[list[list[float]], float]:
-    bench = pyperf.Benchmark.load(path)
-    return aggregate.process_values(bench), float(bench.get_metadata()["perfgrid_work_per_loop"])
+    """Per-process times of one point: its result file, or its folder of rounds."""
+    files = sorted(Path(path).glob("round=*.json")) if Path(path).is_dir() else [Path(path)]
+    if not files:
+        raise ValueError(f"{path}: no round=*.json results in this point's folder")
+    groups: list[list[float]] = []
+    for file in files:
+        bench = pyperf.Benchmark.load(str(file))
+        groups += aggregate.process_values(bench)
+    return groups, float(bench.get_metadata()["perfgrid_work_per_loop"])
 
 
 def compare_experiment(name: str, a: Path, b: Path) -> pd.DataFrame:

@@ -1,7 +1,8 @@
-"""How busy the machine is with other work, measured just before a benchmark."""
+"""How busy the machine is with other work, just before a benchmark and while it runs."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import psutil
@@ -35,3 +36,38 @@ def wait_until_quiet(limit: float | None, checks: int = MAX_CHECKS) -> dict[str,
     noisy = int(limit is not None and share > limit)
     return {"perfgrid_busy_share": round(share, 4), "perfgrid_busy_checks": made,
             "perfgrid_noisy": noisy}
+
+
+def snapshot() -> dict[str, float]:
+    """CPU times (steal included), load and CPU frequency now, for :func:`drift`."""
+    times = psutil.cpu_times()
+    snap = {"total": sum(times), "steal": float(getattr(times, "steal", 0.0)),
+            "load": os.getloadavg()[0]}
+    try:
+        freq = psutil.cpu_freq()
+    except (OSError, NotImplementedError):  # not exposed (many VMs)
+        freq = None
+    if freq is not None and freq.current:
+        snap["mhz"] = float(freq.current)
+    return snap
+
+
+def drift(before: dict[str, float], after: dict[str, float],
+          steal_limit: float | None) -> dict[str, float | int]:
+    """Metadata of what changed while a point was measured.
+
+    The steal share (CPU time the hypervisor gave to other guests, over all
+    CPU time) above ``steal_limit`` flags the point like a busy machine does.
+    """
+    elapsed = after["total"] - before["total"]
+    steal = (after["steal"] - before["steal"]) / elapsed if elapsed > 0 else 0.0
+    meta: dict[str, float | int] = {
+        "perfgrid_steal_share": round(steal, 4),
+        "perfgrid_load_before": round(before["load"], 2),
+        "perfgrid_load_after": round(after["load"], 2),
+        "perfgrid_stolen": int(steal_limit is not None and steal > steal_limit),
+    }
+    for when, snap in (("before", before), ("after", after)):
+        if "mhz" in snap:
+            meta[f"perfgrid_cpu_mhz_{when}"] = round(snap["mhz"], 1)
+    return meta

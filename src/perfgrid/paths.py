@@ -59,35 +59,45 @@ class Layout:
     def raw_dir(self, experiment: str) -> Path:
         return self.root / "raw" / experiment
 
-    def raw_pattern(self, experiment: str, axes: tuple[str, ...]) -> str:
-        """Result path with one ``{axis}`` wildcard per axis, hive-style folders."""
-        parts = [f"{axis}={{{axis}}}" for axis in axes]
+    def raw_pattern(self, experiment: str, axes: tuple[str, ...], rounds: int = 1) -> str:
+        """Result path with one ``{axis}`` wildcard per axis, hive-style folders.
+
+        Measured in ``rounds`` > 1 jobs, a point is a folder of ``round={round}`` files.
+        """
+        parts = [f"{axis}={{{axis}}}" for axis in axes] + (["round={round}"] if rounds > 1 else [])
         return str(self.raw_dir(experiment) / "/".join(parts)) + ".json"
 
-    def log_pattern(self, experiment: str, axes: tuple[str, ...]) -> str:
+    def log_pattern(self, experiment: str, axes: tuple[str, ...], rounds: int = 1) -> str:
         """The benchmark job's log, beside its result under ``logs/``."""
-        parts = [f"{axis}={{{axis}}}" for axis in axes]
+        parts = [f"{axis}={{{axis}}}" for axis in axes] + (["round={round}"] if rounds > 1 else [])
         return str(self.root / "logs" / experiment / "/".join(parts)) + ".log"
 
     def raw_result(self, experiment: str, point: dict[str, Any],
-                   axes: Sequence[str] | None = None) -> str:
-        """Where ``point``'s result goes; with ``axes``, in that order and no other keys."""
+                   axes: Sequence[str] | None = None, round: int | None = None) -> str:
+        """Where ``point``'s result goes; with ``axes``, in that order and no other keys.
+
+        ``round`` (of a point measured in several rounds) names the round's file.
+        """
         if axes is not None:
             if set(point) != set(axes):
                 raise ValueError(f"{experiment}: point {point} has not exactly the axes "
                                  f"{list(axes)}")
             point = {axis: point[axis] for axis in axes}
         parts = [f"{axis}={value}" for axis, value in point.items()]
+        if round is not None:
+            parts.append(f"round={round}")
         return str(self.raw_dir(experiment) / "/".join(parts)) + ".json"
 
     @staticmethod
     def result_point(path: str | Path, axes: Sequence[str]) -> tuple[str, dict[str, str]]:
         """(experiment, {axis: value as text}) that a raw result's path stands for.
 
-        The inverse of :meth:`raw_result`: ``.../raw/<experiment>/a=1/b=x.json``.
-        Raises ValueError for a path not of that form.
+        The inverse of :meth:`raw_result`: ``.../raw/<experiment>/a=1/b=x.json``
+        (or ``.../b=x/round=2.json``). Raises ValueError for a path not of that form.
         """
         parts = Path(path).parts
+        if Layout.result_round(path) is not None:
+            parts = (*parts[:-2], parts[-2] + ".json")
         n = len(axes)
         if len(parts) < n + 2 or parts[-(n + 2)] != "raw" or not parts[-1].endswith(".json"):
             raise ValueError(f"{path}: not a raw result path (raw/<experiment>/"
@@ -100,6 +110,14 @@ class Layout:
                 raise ValueError(f"{path}: expected {axis}=... where it has {part!r}")
             point[axis] = value
         return parts[-(n + 1)], point
+
+    @staticmethod
+    def result_round(path: str | Path) -> int | None:
+        """The round a raw result's path names (``.../round=2.json``), or None."""
+        name, sep, value = Path(path).name.removesuffix(".json").partition("=")
+        if name == "round" and sep and value.isdigit():
+            return int(value)
+        return None
 
     # the test file (file_read): its default place and perfgrid's own notes on it
     @property

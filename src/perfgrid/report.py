@@ -23,7 +23,8 @@ from perfgrid.atomic import write_text
 from perfgrid.paths import REPO, Layout
 
 #: statistics shown after the axes in each experiment's table
-STATS = ["n_processes", "n_values", "cv", "rate (95 % interval)", "ci_rel", "ratio_to_native"]
+STATS = ["n_processes", "n_values", "cv", "rate (95 % interval)", "ci_rel", "converged",
+         "ratio_to_native"]
 
 #: how a rate unit is shown to a reader: (scale, unit) pairs from large to small
 _HUMAN = {
@@ -152,12 +153,59 @@ def flags(table: pd.DataFrame, cv_threshold: float) -> pd.DataFrame:
                                 reasons + f"CV above {cv_threshold:.0%}; ")
     if "noisy" in table:
         reasons = reasons.where(~(table["noisy"] == 1), reasons + "other processes busy; ")
+    if "stolen" in table:
+        reasons = reasons.where(~(table["stolen"] == 1),
+                                reasons + "hypervisor steal time above the limit; ")
     if "cache_reached" in table:
         reasons = reasons.where(~(table["cache_reached"] == 0),
                                 reasons + "cache state not reached; ")
     flagged = table[reasons != ""].copy()
     flagged["flag"] = reasons[reasons != ""].str.rstrip("; ")
     return flagged
+
+
+def precision(table: pd.DataFrame) -> dict[str, Any]:
+    """How precise an experiment's points came out, and what that cost.
+
+    Points with an interval, those at most 3 % wide (half-width over rate),
+    and where measured adaptively, how many met their target and how many the
+    cap stopped first.
+    """
+    with_ci = table["ci_rel"].notna() if "ci_rel" in table else pd.Series(False, table.index)
+    adaptive = table["converged"].notna() if "converged" in table else with_ci & False
+    converged = table["converged"].astype("boolean") if "converged" in table else None
+    seconds = table.get("measure_seconds")
+    return {
+        "points": len(table),
+        "with_interval": int(with_ci.sum()),
+        "within_3pct": int((table.loc[with_ci, "ci_rel"] <= 0.03).sum()) if with_ci.any() else 0,
+        "median_ci_rel": float(table.loc[with_ci, "ci_rel"].median()) if with_ci.any()
+        else float("nan"),
+        "adaptive": int(adaptive.sum()),
+        "converged": int(converged[adaptive].sum()) if converged is not None else 0,
+        "unconverged": int((~converged[adaptive]).sum()) if converged is not None else 0,
+        "seconds": float(seconds.sum()) if seconds is not None else float("nan"),
+    }
+
+
+def unconverged(table: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
+    """The adaptively measured points whose interval missed its target, and why they stopped."""
+    if "converged" not in table:
+        return table.iloc[0:0]
+    rows = table[table["converged"].notna() & ~table["converged"].astype("boolean")]
+    return rows[[c for c in ["runtime", *axes, "n_processes", "ci_rel", "measure_seconds",
+                             "stop"] if c in rows]]
+
+
+def precision_frame(sections: list[dict[str, Any]]) -> pd.DataFrame:
+    """One line per experiment of :func:`precision`."""
+    rows = [{"experiment": sec["name"], **sec["precision"]} for sec in sections]
+    frame = pd.DataFrame(rows)
+    if not frame.empty:
+        frame["median_ci_rel"] = frame["median_ci_rel"].map(
+            lambda v: f"{v:.1%}" if pd.notna(v) else "")
+        frame["seconds"] = frame["seconds"].round(0)
+    return frame
 
 
 def seed_comparison(seed_rows: list[dict], table: pd.DataFrame,
@@ -235,10 +283,13 @@ def build(root: Path, experiment_names: list[str], cv_threshold: float) -> dict[
             "seed_source": sorted({r.get("source", "") for r in seed_rows}),
             "notes": analysis.notes(table) if hasattr(analysis, "notes") else [],
             "flags": flags(table, cv_threshold),
+            "precision": precision(table),
+            "unconverged": unconverged(table, list(axes)),
             "figures": sorted(layout.plot_dir(name).glob("*.png")),
             "skipped": [s for s in skipped if s["experiment"] == name],
         })
     return {"machine": machine, "sections": sections, "claims": _claims_frame(all_claims),
+            "precision": precision_frame(sections),
             "claim_list": all_claims, "git": _git(), "host": root.name,
             "cv_threshold": cv_threshold,
             "provenance": provenance(layout, sections)}
@@ -265,8 +316,15 @@ def provenance(layout: Layout, sections: list[dict[str, Any]]) -> dict[str, Any]
         "report_written": time.strftime(stamp, time.gmtime()),
         "benchmark_seconds": {k: round(v, 1) for k, v in walls.items()},
         "benchmark_seconds_total": round(sum(walls.values()), 1),
+        "job_order": (f"shuffled, seed {run['order']['seed']}" if run.get("order", {}).get(
+            "shuffle") else "sorted (grid order)") if run.get("order") else "unknown",
         "config": layout.used_config.read_text() if layout.used_config.exists() else "",
     }
+
+
+PRECISION_TEXT = ("Precision: points with a 95 % interval, those whose half-width is at most "
+                  "3 % of the rate, and, where measure.target_ci is set, the points whose "
+                  "interval met the target before the cap (measure.max_seconds) stopped them.")
 
 
 def render_md(data: dict[str, Any]) -> str:
@@ -280,7 +338,8 @@ def render_md(data: dict[str, Any]) -> str:
            "the whole interval lies on one side of the threshold.\n",
            f"![every claim against its threshold]({data['claims_figure'].name})\n"
            if data.get("claims_figure") else "",
-           md_table(data["claims"][CLAIM_COLUMNS])]
+           md_table(data["claims"][CLAIM_COLUMNS]),
+           "## Precision\n", PRECISION_TEXT + "\n", md_table(data["precision"])]
     for sec in data["sections"]:
         out += [f"## {sec['name']}\n", sec["doc"] + "\n", "Grid: " + "; ".join(
             f"{k} = {', '.join(map(str, v))}" for k, v in sec["grid"].items()) + "\n"]
@@ -292,6 +351,9 @@ def render_md(data: dict[str, Any]) -> str:
         if not sec["flags"].empty:
             out += ["### Flagged points\n", md_table(sec["flags"][
                 ["runtime", *sec["axes"], "cv", "flag"]])]
+        if not sec["unconverged"].empty:
+            out += ["### Points that missed their interval target\n",
+                    md_table(sec["unconverged"])]
         if sec["skipped"]:
             out += ["### Skipped points\n", md_table(pd.DataFrame(sec["skipped"]))]
     prov = data["provenance"]
@@ -340,6 +402,7 @@ def render_html(data: dict[str, Any]) -> str:
         "<table><tr><th>experiment</th><th>hypothesis</th><th>criterion</th>"
         "<th>measured</th><th>verdict</th><th>runtime</th><th>reason</th></tr>",
         *rows, "</table>",
+        "<h2>Precision</h2>", f"<p>{esc(PRECISION_TEXT)}</p>", _html_table(data["precision"]),
     ]
     for sec in data["sections"]:
         parts += [f"<h2 id='{esc(sec['name'])}'>{esc(sec['name'])}</h2>",
@@ -355,6 +418,9 @@ def render_html(data: dict[str, Any]) -> str:
         if not sec["flags"].empty:
             parts += ["<h3>Flagged points</h3>", _html_table(sec["flags"][
                 ["runtime", *sec["axes"], "cv", "flag"]])]
+        if not sec["unconverged"].empty:
+            parts += ["<h3>Points that missed their interval target</h3>",
+                      _html_table(sec["unconverged"])]
         if sec["skipped"]:
             parts += ["<h3>Skipped points</h3>", _html_table(pd.DataFrame(sec["skipped"]))]
     prov = data["provenance"]

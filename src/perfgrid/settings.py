@@ -22,9 +22,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from perfgrid import experiments, testfile
+from perfgrid import experiments, order, testfile
 from perfgrid.paths import REPO, RESERVED_NAMES, SOURCE_DIRS, Layout
 
+#: pyperf's own options among the measure keys
 MEASURE_KEYS = ("processes", "values", "warmups", "loops")
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 #: a real config has a few hundred values; more is a mistake or a YAML alias bomb
@@ -243,6 +244,7 @@ def effective(config: dict[str, Any], check_disk: bool = True) -> dict[str, Any]
     for name in cfg["experiments"]:
         section = cfg.setdefault(name, {})
         section["measure"] = {**cfg.get("measure", {}), **(section.get("measure") or {})}
+        _check_cap(section["measure"], f"{name}.measure")
     for name in cfg["experiments"]:
         try:  # what only the grid shows (http concurrency above requests, ...)
             grid(cfg, name)
@@ -252,6 +254,16 @@ def effective(config: dict[str, Any], check_disk: bool = True) -> dict[str, Any]
     if check_disk:
         _writable(layout.root, "results")
     return cfg
+
+
+def _check_cap(measure: dict[str, Any], key: str) -> None:
+    """Adaptive repetition needs a visible hard cap: target_ci without max_seconds is refused."""
+    claims = {**measure, **(measure.get("claims") or {})}
+    for where, m in ((key, measure), (f"{key}.claims", claims)):
+        if m.get("target_ci") is not None and m.get("max_seconds") is None:
+            raise ConfigError(f"{where}.max_seconds: null while target_ci is "
+                              f"{m['target_ci']}; allowed: a number of seconds from 1 to "
+                              f"86400 (the hard cap on one point's measuring time)")
 
 
 def _check_host(host: str) -> None:
@@ -308,16 +320,41 @@ def measure_of(cfg: dict[str, Any], experiment: str,
     return measure
 
 
+def rounds_of(cfg: dict[str, Any], experiment: str) -> int:
+    """How many jobs (rounds) measure each point of ``experiment``."""
+    return int(cfg[experiment]["measure"].get("rounds") or 1)
+
+
 def measure_args(cfg: dict[str, Any], experiment: str,
                  point: dict[str, Any] | None = None) -> list[str]:
-    """pyperf command-line options for one point's repetitions."""
+    """Harness options for one job's repetitions: pyperf's, and when to stop adding batches.
+
+    With R rounds each round is one of R independent jobs: it gets 1/R of the
+    point's ``max_seconds`` and a target sqrt(R) wider, so that the R rounds
+    together meet ``target_ci``.
+    """
     measure = measure_of(cfg, experiment, point)
     args = []
     for key in MEASURE_KEYS:
         value = measure.get(key)
         if value is not None:
             args += [f"--{key}", str(value)]
+    rounds = rounds_of(cfg, experiment)
+    if measure.get("target_ci") is not None:
+        args += ["--target-ci", f"{measure['target_ci'] * math.sqrt(rounds):.6g}"]
+    if measure.get("max_seconds") is not None:
+        args += ["--max-seconds", f"{measure['max_seconds'] / rounds:.6g}"]
     return args
+
+
+def jobs(cfg: dict[str, Any]) -> list[order.Job]:
+    """Every benchmark job this machine can run, in sorted order (grid order, then round)."""
+    out = []
+    for experiment in cfg["experiments"]:
+        points, _ = split_grid(cfg, experiment)
+        out += [order.Job(experiment, p, r) for r in range(1, rounds_of(cfg, experiment) + 1)
+                for p in points]
+    return out
 
 
 def grid(cfg: dict[str, Any], experiment: str) -> list[dict[str, Any]]:

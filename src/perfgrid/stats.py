@@ -34,14 +34,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import stats as _st
+from scipy import special as _sp  # not scipy.stats: every harness manager imports this module
 
 LEVEL = 0.95
 N_BOOT = 2000
-_Z = float(_st.norm.ppf(0.5 + LEVEL / 2))
 
 METHOD_HIERARCHICAL = "hierarchical bootstrap"
 METHOD_VALUES = "bootstrap of values (one process: within-process noise only)"
+METHOD_ROUNDS = "hierarchical bootstrap over rounds"
 METHOD_NONE = "none"
 
 
@@ -79,7 +79,7 @@ class Estimate:
             return None
         alpha = (1 - level) / 2
         lo, hi = np.quantile(self.dev, [alpha, 1 - alpha])
-        widen = float(_st.t.ppf(1 - alpha, self.df)) / float(_st.norm.ppf(1 - alpha))
+        widen = float(_sp.stdtrit(self.df, 1 - alpha)) / float(_sp.ndtri(1 - alpha))
         centre = np.log(self.value)
         return float(np.exp(centre + widen * lo)), float(np.exp(centre + widen * hi))
 
@@ -145,7 +145,10 @@ def _combine(a: Estimate, b: Estimate, sign: int) -> Estimate:
 
 
 def _method(parts: Sequence[Estimate]) -> str:
-    return METHOD_VALUES if any(p.method == METHOD_VALUES for p in parts) else METHOD_HIERARCHICAL
+    for method in (METHOD_VALUES, METHOD_HIERARCHICAL):
+        if any(p.method == method for p in parts):
+            return method
+    return METHOD_ROUNDS
 
 
 def reduce(parts: Sequence[Estimate], how: Callable[[np.ndarray], Any] = np.max) -> Estimate:
@@ -170,10 +173,33 @@ def seed_for(*keys: Any) -> int:
     return zlib.crc32(json.dumps(keys, sort_keys=True, default=str).encode())
 
 
+def by_round(processes: Sequence[Sequence[float]],
+             rounds: Sequence[Any] | None) -> list[list[float]]:
+    """Values pooled by round (the outer level when a point was measured in rounds).
+
+    With fewer than two rounds the processes stay the outer level.
+    """
+    if rounds is None or len(set(rounds)) < 2:
+        return [list(g) for g in processes]
+    if len(rounds) != len(processes):
+        raise ValueError(f"{len(rounds)} round labels for {len(processes)} processes")
+    pooled: dict[Any, list[float]] = {}
+    for label, group in zip(rounds, processes, strict=True):
+        pooled.setdefault(label, []).extend(group)
+    return list(pooled.values())
+
+
 def mean_estimate(processes: Sequence[Sequence[float]], seed: int = 0,
-              n_boot: int = N_BOOT) -> Estimate:
-    """The mean of positive values grouped by worker process (per-loop times, CPU shares)."""
-    groups = [np.asarray(g, dtype=float) for g in processes if len(g)]
+                  n_boot: int = N_BOOT, rounds: Sequence[Any] | None = None) -> Estimate:
+    """The mean of positive values grouped by worker process (per-loop times, CPU shares).
+
+    ``rounds`` labels each process with the job (round) that measured it; with
+    two or more rounds, rounds are the outer level of the bootstrap and of the
+    variance (Kalibera and Jones: the highest level that varies dominates).
+    """
+    outer = by_round(processes, rounds)
+    groups = [np.asarray(g, dtype=float) for g in outer if len(g)]
+    pooled_rounds = len(outer) != len(processes)
     values = np.concatenate(groups) if groups else np.array([])
     if values.size == 0:
         return Estimate.unknown(float("nan"), "no values")
@@ -186,7 +212,7 @@ def mean_estimate(processes: Sequence[Sequence[float]], seed: int = 0,
     w = len(groups)
     if w >= 2:
         target = float(np.var(np.log([g.mean() for g in groups]), ddof=1)) / w
-        df, method = w - 1, METHOD_HIERARCHICAL
+        df, method = w - 1, METHOD_ROUNDS if pooled_rounds else METHOD_HIERARCHICAL
     else:
         target = float(np.var(np.log(values), ddof=1)) / values.size
         df, method = values.size - 1, METHOD_VALUES
@@ -216,9 +242,10 @@ def _hierarchical_means(groups: list[np.ndarray], rng: np.random.Generator,
     return (drawn * mask).sum(axis=(1, 2)) / mask.sum(axis=(1, 2))
 
 
-def rate(processes: Sequence[Sequence[float]], work_per_loop: float, seed: int = 0) -> Estimate:
+def rate(processes: Sequence[Sequence[float]], work_per_loop: float, seed: int = 0,
+         rounds: Sequence[Any] | None = None) -> Estimate:
     """Work per second of one point: ``work_per_loop`` over the mean per-loop time."""
-    return work_per_loop / mean_estimate(processes, seed)
+    return work_per_loop / mean_estimate(processes, seed, rounds=rounds)
 
 
 # -- verdicts ----------------------------------------------------------------

@@ -4,7 +4,7 @@ import shlex
 import sys
 import time
 
-from perfgrid import experiments, settings
+from perfgrid import experiments, order, settings
 from perfgrid.paths import Layout
 
 
@@ -44,6 +44,10 @@ except WorkflowError:  # no --cores: a cluster run (profiles/slurm), --report, -
         default=1,
     )
 SRC = os.path.relpath(os.path.join(workflow.basedir, "src", "perfgrid"))
+# every benchmark job in the order it should run; Snakemake runs the highest priority first
+JOBS = settings.jobs(SETTINGS)
+ORDER = order.planned(JOBS, SETTINGS["order"]["shuffle"], SETTINGS["order"]["seed"])
+PRIORITY = order.priorities(ORDER, {e: experiments.get(e).axes for e in SETTINGS["experiments"]})
 
 
 onstart:
@@ -53,7 +57,8 @@ onstart:
     from perfgrid.progress import start_reporter
 
     write_json(LAYOUT.run_record, {"argv": sys.argv, "started": time.time(),
-                                   "cwd": os.getcwd(), "snakemake": snakemake_version})
+                                   "cwd": os.getcwd(), "snakemake": snakemake_version,
+                                   "order": SETTINGS["order"]})
     start_reporter([r for e in SETTINGS["experiments"] for r in runnable(e)])
 
 
@@ -70,12 +75,37 @@ wildcard_constraints:
     binding="none|single|compact|spread",
     workers=r"\d+",
     block_size=r"\d+",
+    round=r"\d+",
 
 
 def runnable(experiment):
-    """Result files of the grid points this machine can run."""
-    points, _ = settings.split_grid(SETTINGS, experiment)
-    return [LAYOUT.raw_result(experiment, p) for p in points]
+    """Result files of the grid points this machine can run (one per round)."""
+    rounds = settings.rounds_of(SETTINGS, experiment)
+    return [LAYOUT.raw_result(job.experiment, job.point, round=job.round if rounds > 1 else None)
+            for job in JOBS if job.experiment == experiment]
+
+
+def result_pattern(experiment):
+    """A benchmark rule's output: one file per point (per round when measured in rounds)."""
+    exp = experiments.get(experiment)
+    return LAYOUT.raw_pattern(experiment, exp.axes, settings.rounds_of(SETTINGS, experiment))
+
+
+def log_pattern(experiment):
+    """A benchmark rule's log, beside its result under logs/."""
+    exp = experiments.get(experiment)
+    return LAYOUT.log_pattern(experiment, exp.axes, settings.rounds_of(SETTINGS, experiment))
+
+
+def job_priority(experiment):
+    """Priority function: the job's place in the run's order (perfgrid.order), first highest."""
+    axes = experiments.get(experiment).axes
+
+    def priority(wildcards):
+        key = (experiment, tuple(wildcards[a] for a in axes), int(wildcards.get("round", 1)))
+        return PRIORITY.get(key, -1 - len(PRIORITY))
+
+    return priority
 
 
 def skipped_points():
@@ -94,7 +124,10 @@ def bench_params(experiment):
         point = exp.parse_point({a: wildcards[a] for a in exp.axes})
         words += settings.measure_args(SETTINGS, experiment, point)
         words += ["--lock", str(LAYOUT.bench_lock)]
-        words += ["--busy-share", str(SETTINGS["noise"]["busy_share"]), "--verbose"]
+        words += ["--busy-share", str(SETTINGS["noise"]["busy_share"])]
+        words += ["--steal-share", str(SETTINGS["noise"]["steal_share"]), "--verbose"]
+        if "round" in wildcards.keys():
+            words += ["--round", wildcards.round]
         return shlex.join(words)
 
     return args

@@ -8,9 +8,9 @@ rule file_read:
         workload=f"{SRC}/experiments/file_read.py",
         beams=erlang_input("pg_file_read"),
     output:
-        LAYOUT.raw_pattern("file_read", experiments.get("file_read").axes),
+        result_pattern("file_read"),
     log:
-        LAYOUT.log_pattern("file_read", experiments.get("file_read").axes),
+        log_pattern("file_read"),
     params:
         testfile=TESTFILE,
         bench=bench_params("file_read"),
@@ -18,6 +18,7 @@ rule file_read:
     threads: BENCH_THREADS
     resources:
         bench=1,
+    priority: job_priority("file_read")
     conda:
         CONDA_ENV
     shell:

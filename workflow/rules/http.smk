@@ -8,9 +8,9 @@ rule http:
         load=f"{SRC}/httpload.py",
         beams=erlang_input("pg_http"),
     output:
-        LAYOUT.raw_pattern("http", experiments.get("http").axes),
+        result_pattern("http"),
     log:
-        LAYOUT.log_pattern("http", experiments.get("http").axes),
+        log_pattern("http"),
     params:
         bench=bench_params("http"),
         options=http_options,
@@ -22,6 +22,7 @@ rule http:
     threads: BENCH_THREADS
     resources:
         bench=1,
+    priority: job_priority("http")
     conda:
         CONDA_ENV
     shell:

@@ -20,9 +20,9 @@ rule ring:
         binary=ring_native_input,
         beams=erlang_input("pg_ring"),
     output:
-        LAYOUT.raw_pattern("ring", experiments.get("ring").axes),
+        result_pattern("ring"),
     log:
-        LAYOUT.log_pattern("ring", experiments.get("ring").axes),
+        log_pattern("ring"),
     params:
         bench=bench_params("ring"),
         options=ring_options,
@@ -30,6 +30,7 @@ rule ring:
     threads: BENCH_THREADS
     resources:
         bench=1,
+    priority: job_priority("ring")
     conda:
         CONDA_ENV
     shell:

@@ -23,9 +23,9 @@ rule spawn:
         ),
         beams=erlang_input("pg_spawn"),
     output:
-        LAYOUT.raw_pattern("spawn", experiments.get("spawn").axes),
+        result_pattern("spawn"),
     log:
-        LAYOUT.log_pattern("spawn", experiments.get("spawn").axes),
+        log_pattern("spawn"),
     wildcard_constraints:
         chains=r"\d+",
         total=r"\d+",
@@ -38,6 +38,7 @@ rule spawn:
     threads: BENCH_THREADS
     resources:
         bench=1,
+    priority: job_priority("spawn")
     conda:
         CONDA_ENV
     shell:

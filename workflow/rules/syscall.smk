@@ -22,9 +22,9 @@ rule syscall:
             [str(LAYOUT.native_binary("syscall"))] if w.variant == "native" else []
         ),
     output:
-        LAYOUT.raw_pattern("syscall", experiments.get("syscall").axes),
+        result_pattern("syscall"),
     log:
-        LAYOUT.log_pattern("syscall", experiments.get("syscall").axes),
+        log_pattern("syscall"),
     wildcard_constraints:
         variant="python|native",
         call="getuid|getppid|clock_gettime",
@@ -36,6 +36,7 @@ rule syscall:
     threads: BENCH_THREADS
     resources:
         bench=1,
+    priority: job_priority("syscall")
     conda:
         CONDA_ENV
     shell:

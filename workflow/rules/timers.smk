@@ -7,9 +7,9 @@ rule timers:
         workload=f"{SRC}/experiments/timers.py",
         beams=erlang_input("pg_timers"),
     output:
-        LAYOUT.raw_pattern("timers", experiments.get("timers").axes),
+        result_pattern("timers"),
     log:
-        LAYOUT.log_pattern("timers", experiments.get("timers").axes),
+        log_pattern("timers"),
     wildcard_constraints:
         seeding="independent|identical",
         gc="on|off",
@@ -24,6 +24,7 @@ rule timers:
     threads: BENCH_THREADS
     resources:
         bench=1,
+    priority: job_priority("timers")
     conda:
         CONDA_ENV
     shell:

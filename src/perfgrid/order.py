@@ -1,0 +1,137 @@
+"""The order benchmark jobs run in: drawn from a recorded seed, so time lines up with no axis.
+
+Measured in axis order, slow drift (page-cache reclaim, another tenant,
+thermal state) looks like an effect of the axis. Every benchmark job gets a
+place in one plan; the Snakefile turns the place into the job's Snakemake
+``priority`` (higher runs first), so among ready jobs the earliest place
+runs next, and benchmark jobs still run one at a time.
+
+A plain random order still lines up with some axis by chance now and then
+(with 8 jobs on an axis, |rho| > 0.5 in one draw of ten). So the order is
+re-randomised (Morgan and Rubin, "Rerandomization to improve covariate
+balance", 2012): of ``DRAWS`` permutations drawn from the seed, the one
+whose largest rank correlation with any numeric axis is smallest is used.
+It is still a random order, so drift in time and any axis stay unrelated.
+
+With ``measure.rounds: R`` each point is R jobs (asv's interleaved rounds):
+round 1 of every point comes first, in its own shuffled order, then round 2
+in another, and so on, so each point's rounds are spread over the run.
+``order.shuffle: false`` keeps the grid's sorted order (experiment by
+experiment, each grid in its axes' order, round by round).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+#: permutations drawn per round, of which the best balanced is used
+DRAWS = 64
+
+#: one benchmark job: (experiment, the point's axis values as text in axis order, round)
+JobKey = tuple[str, tuple[str, ...], int]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One benchmark job of the plan."""
+
+    experiment: str
+    point: dict[str, Any]
+    round: int
+
+    def key(self, axes: Iterable[str]) -> JobKey:
+        return self.experiment, tuple(str(self.point[a]) for a in axes), self.round
+
+
+def planned(jobs: list[Job], shuffle: bool, seed: int, draws: int = DRAWS) -> list[Job]:
+    """``jobs`` (in sorted order) in the order they should run.
+
+    Rounds run one after another; inside each round the jobs are permuted
+    with a generator seeded by ``(seed, round)`` (the best balanced of
+    ``draws`` permutations), or kept sorted.
+    """
+    out = []
+    for r in sorted({job.round for job in jobs}):
+        in_round = [job for job in jobs if job.round == r]
+        if shuffle and len(in_round) > 1:
+            rng = np.random.default_rng([seed, r])
+            axes = numeric_axes(in_round)
+            perms = [rng.permutation(len(in_round)) for _ in range(draws)]
+            best = min(perms, key=lambda perm: imbalance(perm, axes))
+            in_round = [in_round[i] for i in best]
+        out.extend(in_round)
+    return out
+
+
+def numeric_axes(jobs: list[Job]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Numeric axis -> (indexes of the jobs that have it, their values' average ranks).
+
+    Axes with fewer than three jobs or a single value cannot line up with time.
+    """
+    values: dict[str, list[tuple[int, float]]] = {}
+    for index, job in enumerate(jobs):
+        for axis, value in job.point.items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                values.setdefault(axis, []).append((index, float(value)))
+    out = {}
+    for axis, pairs in values.items():
+        index = np.array([i for i, _ in pairs])
+        vals = np.array([v for _, v in pairs])
+        if len(pairs) >= 3 and len(np.unique(vals)) >= 2:
+            out[axis] = (index, _ranks(vals))
+    return out
+
+
+def imbalance(perm: np.ndarray, axes: dict[str, tuple[np.ndarray, np.ndarray]]) -> float:
+    """The largest |Spearman rho| of place and a numeric axis, job ``perm[k]`` running k-th."""
+    place = np.empty(len(perm), dtype=float)
+    place[perm] = np.arange(len(perm))
+    worst = 0.0
+    for index, ranks in axes.values():
+        rho = _pearson(_ranks(place[index]), ranks)
+        worst = max(worst, abs(rho))
+    return worst
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    """Average ranks (ties share the mean of their places), as Spearman's rho uses."""
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    upper = np.cumsum(counts)
+    return ((upper - counts + 1 + upper) / 2.0)[inverse]
+
+
+def _pearson(x: np.ndarray, y: np.ndarray) -> float:
+    x, y = x - x.mean(), y - y.mean()
+    den = float(np.sqrt((x * x).sum() * (y * y).sum()))
+    return float((x * y).sum() / den) if den > 0 else 0.0
+
+
+def priorities(jobs: list[Job], axes_of: dict[str, tuple[str, ...]]) -> dict[JobKey, int]:
+    """Snakemake priorities of planned jobs: the first job gets the highest.
+
+    All are negative, so the set-up jobs (priority 0: the test file, native
+    builds) run before any measurement.
+    """
+    return {job.key(axes_of[job.experiment]): -1 - place for place, job in enumerate(jobs)}
+
+
+def rank_correlation(order: list[float], axis: list[float]) -> float:
+    """Spearman's rank correlation between start order and an axis's values."""
+    if len(set(axis)) < 2 or len(order) < 3:
+        return float("nan")
+    return _pearson(_ranks(np.asarray(order, float)), _ranks(np.asarray(axis, float)))
+
+
+def correlation_bound(n: int, level: float = 0.99) -> float:
+    """Two-sided ``level`` bound of a rank correlation of ``n`` unrelated pairs.
+
+    Under no association Spearman's rho is about normal with variance
+    1/(n - 1); the 99 % bound is about 2.58/sqrt(n - 1).
+    """
+    from scipy.special import ndtri
+
+    return float(ndtri(0.5 + level / 2) / np.sqrt(max(n - 1, 1)))

@@ -1,0 +1,120 @@
+"""The order benchmark jobs run in: no numeric axis lines up with time, and drift averages out.
+
+The plan (perfgrid.order) is what Snakemake follows: every benchmark job's
+priority is its place in it (the pipeline test checks the recorded start
+order against the plan). Here the plan itself is checked on the whole
+config/quick.yaml grid, and a drifting machine is simulated on a toy
+experiment of one axis with 8 equal levels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import yaml
+
+from perfgrid import experiments, order, settings
+from perfgrid.paths import REPO
+
+#: the numeric axes of the grids (the issue names workers, block size, chains, concurrency)
+NUMERIC_AXES = ("workers", "block_size", "chains", "concurrency", "tasks", "total")
+SEEDS = range(1, 11)
+
+
+def quick_config(**order_keys) -> dict:
+    from snakemake.utils import validate
+
+    cfg = yaml.safe_load((REPO / "config" / "quick.yaml").read_text())
+    cfg["order"] = order_keys
+    validate(cfg, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
+    return settings.effective(cfg, check_disk=False)
+
+
+def correlations(plan: list[order.Job]) -> dict[str, tuple[float, int]]:
+    """Axis -> (Spearman's rho between place in the plan and the axis value, jobs with it)."""
+    out = {}
+    for axis in NUMERIC_AXES:
+        pairs = [(place, float(job.point[axis])) for place, job in enumerate(plan)
+                 if axis in job.point]
+        if len(pairs) >= 3 and len({v for _, v in pairs}) >= 2:  # quick's chains: one value
+            places, values = zip(*pairs, strict=True)
+            out[axis] = (order.rank_correlation(list(places), list(values)), len(pairs))
+    return out
+
+
+def test_shuffled_order_is_unrelated_to_every_numeric_axis():
+    jobs = settings.jobs(quick_config())
+    assert len(jobs) > 50
+    per_axis: dict[str, list[float]] = {}
+    for seed in SEEDS:
+        for axis, (rho, n) in correlations(order.planned(jobs, True, seed)).items():
+            bound = order.correlation_bound(n)
+            assert abs(rho) <= bound, f"seed {seed}: {axis} rho {rho:.3f} beyond {bound:.3f}"
+            per_axis.setdefault(axis, []).append(rho)
+    assert {"workers", "block_size", "concurrency"} <= set(per_axis)
+    for axis, rhos in per_axis.items():
+        mean = float(np.mean(rhos))
+        print(f"shuffled: {axis}: mean rho over {len(rhos)} seeds {mean:+.3f}")
+        assert abs(mean) <= 0.1, f"{axis}: mean rho {mean:.3f}"
+
+
+def test_sorted_order_is_the_grid_order():
+    cfg = quick_config(shuffle=False)
+    jobs = settings.jobs(cfg)
+    plan = order.planned(jobs, False, 0)
+    assert plan == jobs  # experiment by experiment, each grid in its own order
+    for axis, (rho, n) in correlations(plan).items():
+        print(f"sorted: {axis}: rho {rho:+.3f} over {n} jobs")
+
+
+def test_the_seed_decides_the_order_and_is_repeatable():
+    jobs = settings.jobs(quick_config())
+    assert order.planned(jobs, True, 7) == order.planned(jobs, True, 7)
+    assert order.planned(jobs, True, 7) != order.planned(jobs, True, 8)
+    assert sorted(map(repr, order.planned(jobs, True, 7))) == sorted(map(repr, jobs))
+
+
+def test_priorities_put_the_first_job_first_and_all_below_setup_jobs():
+    cfg = quick_config()
+    plan = order.planned(settings.jobs(cfg), True, 3)
+    axes = {e: experiments.get(e).axes for e in cfg["experiments"]}
+    prio = order.priorities(plan, axes)
+    ranked = sorted(prio, key=prio.get, reverse=True)
+    assert ranked == [job.key(axes[job.experiment]) for job in plan]
+    assert max(prio.values()) < 0  # rules without a priority (builds, test file) have 0
+
+
+# -- drift: a toy experiment, one axis of 8 equal levels, +10 % over the run ----------------
+LEVELS = 8
+DRIFT = 0.10
+
+
+def measured_effect(shuffle: bool, seed: int, rounds: int = 1) -> float:
+    """Last level over first, minus one, when each job measures 1 + DRIFT * (its time)."""
+    jobs = [order.Job("toy", {"level": level}, r) for r in range(1, rounds + 1)
+            for level in range(LEVELS)]
+    plan = order.planned(jobs, shuffle, seed)
+    span = len(plan) - 1
+    by_level: dict[int, list[float]] = {}
+    for place, job in enumerate(plan):
+        by_level.setdefault(job.point["level"], []).append(1 + DRIFT * place / span)
+    return float(np.mean(by_level[LEVELS - 1]) / np.mean(by_level[0]) - 1)
+
+
+def test_sorted_order_turns_drift_into_an_axis_effect():
+    effect = measured_effect(shuffle=False, seed=0)
+    print(f"sorted: effect {effect:+.1%}")
+    assert effect == pytest.approx(DRIFT, abs=0.01)
+
+
+def test_shuffled_order_averages_drift_out_over_seeds():
+    effects = [measured_effect(shuffle=True, seed=s) for s in range(1, 21)]
+    print(f"shuffled: mean effect over 20 seeds {np.mean(effects):+.2%}, "
+          f"each within {min(effects):+.1%}..{max(effects):+.1%}")
+    assert abs(np.mean(effects)) <= 0.02
+
+
+def test_interleaved_rounds_keep_each_seeds_drift_effect_small():
+    effects = [measured_effect(shuffle=True, seed=s, rounds=4) for s in range(1, 21)]
+    print(f"4 rounds: effects {min(effects):+.2%}..{max(effects):+.2%}")
+    assert max(abs(e) for e in effects) <= 0.03
