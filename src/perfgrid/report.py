@@ -300,7 +300,7 @@ def topology_table(machine: dict[str, Any]) -> tuple[str, pd.DataFrame]:
     auto = machine.get("auto_workers")
     if isinstance(auto, dict):
         text += (f" workers: auto stood for {', '.join(map(str, auto['counts']))} (built for "
-                 f"{auto['cpus']} CPUs; a ring's from 2).")
+                 f"{auto['cpus']} CPU(s); a ring's from 2).")
     return text, pd.DataFrame(rows)
 
 
