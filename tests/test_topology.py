@@ -7,6 +7,7 @@ workers, N the shape's logical CPUs.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -168,9 +169,11 @@ def test_core_ids_that_repeat_without_being_siblings_are_distinct_cores(tmp_path
 
 
 def test_missing_files_fall_back_to_one_core_per_cpu(tmp_path):
-    topo = topology.read(tmp_path, allowed=[0, 1])  # nothing under this "sysfs"
-    assert [c.cpu for c in topo.usable()] == [0, 1]
-    assert flatten(binding.plan("spread", 2, topo.usable())) == [0, 1]
+    cpus = sorted(os.sched_getaffinity(0))  # nothing under this "sysfs": these are online
+    topo = topology.read(tmp_path, allowed=cpus)
+    assert [c.cpu for c in topo.usable()] == cpus
+    assert topo.summary()["cores"] == len(cpus)
+    assert flatten(binding.plan("spread", 2, topo.usable())) == (cpus * 2)[:2]
 
 
 @pytest.mark.parametrize("text, cpus", [("0-3,8,10-11", [0, 1, 2, 3, 8, 10, 11]),
