@@ -50,3 +50,63 @@ def test_pin_in_a_thread_reads_back_its_own_cpu():
     assert seen == [[cpu]]
     # the pin stayed with the thread: this one still has every CPU
     assert len(os.sched_getaffinity(0)) == len(binding.allowed_cpus())
+
+
+@pytest.mark.parametrize("cpus, minimum, counts", [
+    (1, 1, [1, 2]), (2, 1, [1, 2, 4]), (6, 1, [1, 2, 4, 6, 12]),
+    (16, 1, [1, 2, 4, 8, 16, 32]), (64, 1, [1, 2, 4, 8, 16, 32, 64, 128]),
+    (2, 2, [2, 4]), (1, 2, [2]), (12, 2, [2, 4, 8, 12, 24]),
+])
+def test_auto_workers_double_up_to_the_cpus_then_twice_them(cpus, minimum, counts):
+    assert binding.auto_workers(cpus, minimum) == counts
+
+
+def meta(plan: str, seen: str, runtime: str = "python", key: str = "perfgrid_worker_cpus"):
+    return {"perfgrid_binding_plan": plan, key: seen, "perfgrid_runtime": runtime,
+            "perfgrid_binding": "spread"}
+
+
+def test_a_read_back_that_differs_from_the_plan_fails_the_point():
+    topo = [Cpu(0, 0, 0), Cpu(0, 1, 1)]
+    assert binding.checked_placement(meta("0|1", "0|1"), topo) == {
+        "shares_core": False, "shares_l3": True, "shares_node": True}
+    with pytest.raises(binding.PlacementError, match="worker 1: planned 1, ran on 0,1"):
+        binding.checked_placement(meta("0|1", "0|0,1"), topo)
+
+
+def test_no_per_worker_read_back_is_not_checked():
+    topo = [Cpu(0, 0, 0), Cpu(0, 1, 1)]
+    # the Erlang VM binds its own schedulers; fio pins its own threads (one list back)
+    assert binding.checked_placement(meta("0|1", "0,1", runtime="erlang"), topo) == {}
+    assert binding.checked_placement(meta("0|1|0", "0,1"), topo) == {}
+    assert binding.checked_placement({"perfgrid_runtime": "python"}, topo) == {}
+
+
+def test_a_shortened_read_back_is_checked_as_far_as_it_goes():
+    topo = [Cpu(0, 0, 0), Cpu(0, 1, 1)]
+    plan = "0|1|0|1|0|1|0|1|... (100 chains)"
+    assert binding.checked_placement(meta(plan, plan, key="perfgrid_chain_cpus"), topo) == {
+        "shares_core": True, "shares_l3": True, "shares_node": True}
+    with pytest.raises(binding.PlacementError):
+        binding.checked_placement(meta(plan, "1|1|... (100 chains)",
+                                       key="perfgrid_chain_cpus"), topo)
+
+
+def test_the_harness_hook_adds_placement_columns_and_fails_a_mismatch():
+    from perfgrid.bench import _ObservationHook
+    from perfgrid.experiments.base import Case
+
+    cpu = binding.allowed_cpus()[0]
+    readback = {"perfgrid_worker_cpus": f"{cpu}|{cpu}"}
+    _ObservationHook.case = Case(time=lambda loops: 0.0, work_per_loop=1,
+                                 observed=lambda: dict(readback))
+    try:
+        metadata = {"perfgrid_binding_plan": f"{cpu}|{cpu}", "perfgrid_runtime": "python"}
+        _ObservationHook().teardown(metadata)
+        assert metadata["perfgrid_shares_core"] is True
+        readback["perfgrid_worker_cpus"] = f"{cpu}|{cpu + 1}"
+        with pytest.raises(binding.PlacementError):
+            _ObservationHook().teardown({"perfgrid_binding_plan": f"{cpu}|{cpu}",
+                                         "perfgrid_runtime": "python"})
+    finally:
+        _ObservationHook.case = None

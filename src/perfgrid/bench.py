@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pyperf
 
-from perfgrid import experiments, lifetime, noise, stats
+from perfgrid import binding, experiments, lifetime, noise, stats
 from perfgrid.atomic import atomic_path
 from perfgrid.experiments.base import Case
 
@@ -100,6 +100,10 @@ class _ObservationHook:
     def teardown(self, metadata: dict) -> None:
         if _ObservationHook.case is not None:
             metadata.update(_ObservationHook.case.observed())
+            # the read-back affinities must match the plan (else the point fails), and
+            # say whether the workers shared a core, an L3 group, a NUMA node
+            metadata.update({f"perfgrid_{k}": v
+                             for k, v in binding.checked_placement(metadata).items()})
 
 
 @dataclass(frozen=True)

@@ -3,32 +3,39 @@
 perfgrid knows four bindings, the same for threads and processes:
 
 - ``none``: the OS decides (every worker may use every allowed CPU);
-- ``single``: all workers share one CPU;
-- ``compact``: fill adjacent CPUs, SMT siblings of a core first;
-- ``spread``: one worker per physical core, round-robin across packages,
-  then the siblings.
+- ``single``: all workers share one CPU (the first allowed one);
+- ``compact``: fill a core's SMT siblings, then the cores sharing an L3 cache, then a
+  NUMA node and a package, then the next;
+- ``spread``: one worker per core, round-robin across packages, NUMA nodes and L3 groups,
+  then the second SMT sibling of every core, and so on.
 
-Plans come from the CPUs this process may use (``os.sched_getaffinity``)
-and the sysfs topology, never from ``os.cpu_count()``.
+Workers beyond the allowed CPUs wrap around. Plans come from the CPUs this process may use
+(``os.sched_getaffinity``: a taskset, cpuset cgroup or SLURM allocation shows there) and
+the sysfs topology (:mod:`perfgrid.topology`), never from ``os.cpu_count()``.
+
+After a point ran, :func:`checked_placement` compares the plan with the affinities read
+back from the workers, fails the point where they differ, and says whether the workers
+shared a core, an L3 group or a NUMA node.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
+
+from perfgrid import topology as topology_module
+from perfgrid.topology import Cpu, compact_order, spread_order
+
+__all__ = ["BINDINGS", "Cpu", "PlacementError", "allowed_cpus", "auto_workers",
+           "checked_placement", "compact_order", "describe", "parse_plan", "pin", "placement",
+           "plan", "spread_order", "topology"]
 
 BINDINGS = ("none", "single", "compact", "spread")
 SYSFS_CPU = Path("/sys/devices/system/cpu")
 
 
-@dataclass(frozen=True, order=True)
-class Cpu:
-    """One logical CPU and where it sits."""
-
-    package: int
-    core: int
-    cpu: int
+class PlacementError(RuntimeError):
+    """The workers did not run where the plan put them."""
 
 
 def allowed_cpus() -> list[int]:
@@ -36,55 +43,27 @@ def allowed_cpus() -> list[int]:
     return sorted(os.sched_getaffinity(0))
 
 
-def _read_int(path: Path, default: int) -> int:
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return default
+def auto_workers(cpus: int, minimum: int = 1) -> list[int]:
+    """``workers: auto``: 1, 2, 4, ... below ``cpus``, ``cpus`` itself, and twice it
+    (oversubscription), leaving out counts below ``minimum`` (a ring needs 2)."""
+    if cpus < 1:
+        raise ValueError(f"auto workers: need at least one CPU, got {cpus}")
+    counts = []
+    power = 1
+    while power < cpus:
+        counts.append(power)
+        power *= 2
+    counts += [cpus, 2 * cpus]
+    return [c for c in counts if c >= minimum] or [minimum]
 
 
 def topology(cpus: list[int] | None = None, sysfs: Path = SYSFS_CPU) -> list[Cpu]:
-    """Package and core id of each allowed CPU, read from sysfs.
+    """The allowed CPUs (or ``cpus``) with their package, die, core, L3 group and node.
 
-    A CPU without topology files counts as its own core in package 0.
+    ``sysfs`` is the ``devices/system/cpu`` folder, as before; its root is three levels up.
     """
-    cpus = allowed_cpus() if cpus is None else cpus
-    out = []
-    for cpu in cpus:
-        topo = sysfs / f"cpu{cpu}" / "topology"
-        out.append(
-            Cpu(
-                package=_read_int(topo / "physical_package_id", 0),
-                core=_read_int(topo / "core_id", cpu),
-                cpu=cpu,
-            )
-        )
-    return out
-
-
-def compact_order(topo: list[Cpu]) -> list[int]:
-    """CPUs ordered so that SMT siblings of a core are adjacent."""
-    return [c.cpu for c in sorted(topo)]
-
-
-def spread_order(topo: list[Cpu]) -> list[int]:
-    """CPUs ordered one per physical core, alternating packages, then siblings."""
-    by_core: dict[tuple[int, int], list[int]] = {}
-    for c in sorted(topo):
-        by_core.setdefault((c.package, c.core), []).append(c.cpu)
-    packages = sorted({pkg for pkg, _ in by_core})
-    cores_of = {pkg: [k for k in sorted(by_core) if k[0] == pkg] for pkg in packages}
-    order: list[int] = []
-    depth = max(len(v) for v in by_core.values())
-    for level in range(depth):  # level 0: first thread of each core, then siblings
-        rounds = max(len(v) for v in cores_of.values())
-        for i in range(rounds):
-            for pkg in packages:
-                if i < len(cores_of[pkg]):
-                    threads = by_core[cores_of[pkg][i]]
-                    if level < len(threads):
-                        order.append(threads[level])
-    return order
+    root = sysfs.parents[2] if sysfs.name == "cpu" else sysfs
+    return topology_module.read(root, allowed=cpus).usable()
 
 
 def plan(binding: str, workers: int, topo: list[Cpu] | None = None) -> list[list[int]]:
@@ -116,3 +95,71 @@ def pin(cpus: list[int]) -> list[int]:
 def describe(cpu_lists: list[list[int]]) -> str:
     """A compact text form of a plan for metadata: ``0,1|0|1``."""
     return "|".join(",".join(map(str, cpus)) for cpus in cpu_lists)
+
+
+def parse_plan(text: str) -> tuple[list[list[int]], bool]:
+    """The CPU lists of :func:`describe`'s text, and whether it was shortened
+    (``0|1|...|1|... (100 chains)`` keeps only the first lists)."""
+    lists: list[list[int]] = []
+    for part in str(text).split("|"):
+        part = part.strip()
+        if part.startswith("..."):
+            return lists, True
+        lists.append(sorted(int(c) for c in part.split(",") if c.strip()))
+    return lists, False
+
+
+def placement(cpu_lists: list[list[int]], topo: list[Cpu]) -> dict[str, bool]:
+    """Whether any two workers may run on one core, one L3 group, one NUMA node.
+
+    A worker may run on every CPU of its list, so two unbound workers share all three.
+    """
+    places = {c.cpu: c for c in topo}
+
+    def shares(key) -> bool:  # noqa: ANN001 - a Cpu -> hashable accessor
+        seen: set = set()
+        for cpus in cpu_lists:
+            mine = {key(places.get(c, Cpu(0, -1 - c, c))) for c in cpus}
+            if mine & seen:
+                return True
+            seen |= mine
+        return False
+
+    return {"shares_core": shares(lambda c: c.core_key),
+            "shares_l3": shares(lambda c: c.l3_key),
+            "shares_node": shares(lambda c: c.node)}
+
+
+#: where experiments record the affinities read back from their workers (or chains)
+READBACK_KEYS = ("perfgrid_worker_cpus", "perfgrid_chain_cpus")
+
+
+def checked_placement(metadata: dict, topo: list[Cpu] | None = None) -> dict[str, bool]:
+    """Placement columns of one run, from the read-back affinities in its metadata.
+
+    Raises PlacementError where a worker's read-back CPUs differ from its plan: a
+    measurement of the wrong placement must not become a row. Nothing is checked (and no
+    columns come back) where no per-worker read-back exists: the Erlang VM binds its own
+    schedulers (``+sbt``), fio pins its own threads, timers has no workers.
+    """
+    plan_text = metadata.get("perfgrid_binding_plan")
+    key = next((k for k in READBACK_KEYS if metadata.get(k)), None)
+    if metadata.get("perfgrid_runtime") == "erlang" or not plan_text or key is None:
+        return {}
+    planned, plan_cut = parse_plan(str(plan_text))
+    seen, seen_cut = parse_plan(str(metadata[key]))
+    if not (plan_cut or seen_cut) and len(planned) != len(seen):
+        return {}
+    wrong = [(i, p, s) for i, (p, s) in enumerate(zip(planned, seen, strict=False)) if p != s]
+    if wrong:
+        shown = "; ".join(f"worker {i}: planned {describe([p])}, ran on {describe([s])}"
+                          for i, p, s in wrong[:4])
+        more = "; ..." if len(wrong) > 4 else ""
+        raise PlacementError(f"binding {metadata.get('perfgrid_binding')!r}: the read-back "
+                             f"affinities differ from the plan ({shown}{more}); something "
+                             f"else (a cgroup, the kernel, another tool) moved the workers, "
+                             f"so the point was not measured as planned")
+    flags = placement(seen, topology() if topo is None else topo)
+    if seen_cut:  # only the first lists are known: a share seen there holds, no share may not
+        return {k: v for k, v in flags.items() if v}
+    return flags

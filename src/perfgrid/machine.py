@@ -13,7 +13,7 @@ from typing import Any
 
 import psutil
 
-from perfgrid import binding
+from perfgrid import binding, topology
 
 PACKAGES = ("perfgrid", "snakemake", "pyperf", "pandas", "seaborn", "matplotlib", "numpy",
             "psutil", "uvloop")
@@ -60,21 +60,34 @@ def _filesystem(path: str) -> dict[str, Any]:
     }
 
 
+def _auto_workers(allowed: int) -> dict[str, Any]:
+    """What ``workers: auto`` stands for in this run: the CPU count the grid was built for
+    (PERFGRID_AUTO_CPUS, which the workflow sets where it parses the config) and its counts."""
+    text = os.environ.get("PERFGRID_AUTO_CPUS", "").strip()
+    cpus = int(text) if text.isdigit() and int(text) >= 1 else allowed
+    return {"cpus": cpus, "counts": binding.auto_workers(cpus)}
+
+
 def snapshot(testfile: str | None = None) -> dict[str, Any]:
     """CPU, topology, memory, file system, kernel and versions of this machine."""
     freq = psutil.cpu_freq()
     mem = psutil.virtual_memory()
-    topo = binding.topology()
+    topo = topology.read()
+    usable = topo.usable()
     return {
         "taken_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "hostname": socket.gethostname(),
         "cpu_model": _cpu_model(),
         "cpus_logical": psutil.cpu_count(logical=True),
         "cpus_physical": psutil.cpu_count(logical=False),
-        "cpus_allowed": binding.allowed_cpus(),
-        "topology": [{"cpu": c.cpu, "core": c.core, "package": c.package} for c in topo],
-        "compact_order": binding.compact_order(topo),
-        "spread_order": binding.spread_order(topo),
+        "cpus_allowed": list(topo.allowed),
+        # packages, dies, cores, SMT siblings, L3 groups and NUMA nodes (sysfs), and
+        # whether a taskset, cpuset cgroup or SLURM allocation leaves fewer CPUs usable
+        "topology": topo.summary(),
+        "restriction": topology.restriction(topo),
+        "compact_order": binding.compact_order(usable),
+        "spread_order": binding.spread_order(usable),
+        "auto_workers": _auto_workers(len(topo.allowed)),
         "cpu_freq_mhz": {"current": freq.current, "min": freq.min, "max": freq.max}
         if freq else None,
         "memory_bytes": mem.total,

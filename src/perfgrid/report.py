@@ -21,6 +21,7 @@ from perfgrid import experiments, lifetime
 from perfgrid.analysis import VERDICTS, Claim, module
 from perfgrid.atomic import write_text
 from perfgrid.paths import REPO, Layout
+from perfgrid.topology import format_cpu_list, parse_cpu_list
 
 #: statistics shown after the axes in each experiment's table
 STATS = ["n_processes", "n_values", "cv", "rate (95 % interval)", "ci_rel", "converged",
@@ -322,6 +323,40 @@ def provenance(layout: Layout, sections: list[dict[str, Any]]) -> dict[str, Any]
     }
 
 
+def topology_table(machine: dict[str, Any]) -> tuple[str, pd.DataFrame]:
+    """A sentence on the CPUs this run could use, and one row per package, NUMA node and
+    L3 group: its CPUs, cores, threads per core and the CPUs of it the run was allowed."""
+    topo, limit = machine.get("topology"), machine.get("restriction") or {}
+    if not isinstance(topo, dict):  # machine.json of an older perfgrid
+        return "", pd.DataFrame()
+    groups: dict[tuple, list[dict]] = {}
+    for c in topo["cpus"]:
+        groups.setdefault((c["package"], c["node"], c["l3"]), []).append(c)
+    allowed = set(topo["allowed"])
+    rows = [{"package": package, "NUMA node": node,
+             "L3 group (CPUs)": format_cpu_list(c["cpu"] for c in cpus),
+             "cores": len({(c["die"], c["core_id"]) for c in cpus}),
+             "threads per core": max(len(parse_cpu_list(c["siblings"])) for c in cpus),
+             "allowed CPUs": format_cpu_list(c["cpu"] for c in cpus if c["cpu"] in allowed)
+             or "none"}
+            for (package, node, _), cpus in sorted(groups.items(), key=lambda g: (
+                g[0][0], g[0][1], min(c["cpu"] for c in g[1])))]
+    text = (f"{topo['packages']} package(s), {topo['cores']} cores, {topo['threads_per_core']} "
+            f"thread(s) per core, {len(topo['l3_groups'])} L3 group(s), "
+            f"{len(topo['numa_nodes'])} NUMA node(s) (from {topo['source']}). ")
+    if limit.get("restricted"):
+        text += (f"This run was restricted to {limit['allowed']} of {limit['online']} online "
+                 f"CPUs ({limit['allowed_list']}) by {', '.join(limit['by'])}: auto worker "
+                 f"counts and binding plans use only these.")
+    else:
+        text += f"This run could use every online CPU ({len(topo['online'])})."
+    auto = machine.get("auto_workers")
+    if isinstance(auto, dict):
+        text += (f" workers: auto stood for {', '.join(map(str, auto['counts']))} (built for "
+                 f"{auto['cpus']} CPU(s); a ring's from 2).")
+    return text, pd.DataFrame(rows)
+
+
 PRECISION_TEXT = ("Precision: points with a 95 % interval, those whose half-width is at most "
                   "3 % of the rate, and, where measure.target_ci is set, the points whose "
                   "interval met the target before the cap (measure.max_seconds) stopped them.")
@@ -329,10 +364,12 @@ PRECISION_TEXT = ("Precision: points with a 95 % interval, those whose half-widt
 
 def render_md(data: dict[str, Any]) -> str:
     m = data["machine"]
+    cpus_text, cpus_table = topology_table(m)
     out = [f"# perfgrid report: {data['host']}\n",
            f"{m['cpu_model']}, {m['cpus_logical']} logical CPUs ({m['cpus_physical']} physical), "
            f"{m['memory_bytes'] / 2**30:.1f} GiB, Linux {m['kernel']}, Python {m['python']}. "
            f"Commit {data['git']['commit'][:12]} (dirty: {data['git']['dirty']}).\n",
+           *([cpus_text + "\n", md_table(cpus_table)] if cpus_text else []),
            "## Claims\n", f"Verdicts: {verdict_counts(data['claims'])}. A verdict is decided by "
            "the 95 % interval of the compared quantity: reproduced or not reproduced only when "
            "the whole interval lies on one side of the threshold.\n",
@@ -377,6 +414,7 @@ def _html_table(frame: pd.DataFrame) -> str:
 
 def render_html(data: dict[str, Any]) -> str:
     m = data["machine"]
+    cpus_text, cpus_table = topology_table(m)
     esc = html.escape
     rows = []
     for _, c in data["claims"].iterrows():
@@ -394,6 +432,7 @@ def render_html(data: dict[str, Any]) -> str:
         f"physical), {m['memory_bytes'] / 2**30:.1f} GiB, Linux {esc(m['kernel'])}, Python "
         f"{esc(m['python'])}. Commit <code>{esc(data['git']['commit'][:12])}</code> "
         f"(dirty: {data['git']['dirty']}).</p>",
+        *([f"<p>{esc(cpus_text)}</p>", _html_table(cpus_table)] if cpus_text else []),
         "<h2>Claims</h2>",
         f"<p>Verdicts: {esc(verdict_counts(data['claims']))}. A verdict is decided by the 95 % "
         "interval of the compared quantity: reproduced or not reproduced only when the whole "

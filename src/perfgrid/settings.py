@@ -22,7 +22,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from perfgrid import experiments, order, testfile
+from perfgrid import binding, experiments, order, testfile
 from perfgrid.paths import REPO, RESERVED_NAMES, SOURCE_DIRS, Layout
 
 #: pyperf's own options among the measure keys
@@ -33,6 +33,8 @@ MAX_VALUES = 20_000
 MAX_DEPTH = 24
 #: error messages longer than this are cut (a value's repr can be megabytes)
 MAX_MESSAGE = 2_000
+#: the CPU count ``workers: auto`` is built for, where set (see :func:`auto_cpus`)
+AUTO_CPUS_ENV = "PERFGRID_AUTO_CPUS"
 
 
 class ConfigError(ValueError):
@@ -108,6 +110,7 @@ def allowed(schema: Any) -> str:
         words.append(f"a string matching {pattern}" if pattern else "a string")
     if "array" in kinds:
         item = allowed(schema.get("items"))
+        item = f"({item})" if " or " in item else item
         words.append(f"a list of {item}" if item else "a list")
     if "object" in kinds:
         words.append(f"a mapping of {sorted(schema.get('properties', {}))}"
@@ -121,8 +124,22 @@ def allowed(schema: Any) -> str:
     return f"{text} ({description})" if text and description else text or description
 
 
+def _deepest(error: Any) -> Any:
+    """Inside a ``oneOf`` (``workers: auto`` or a list), the error deepest in the value:
+    ``[1, 2.0]`` is wrong at item 1, not as a whole; where no alternative reaches deeper,
+    the ``oneOf`` error itself, which names every alternative."""
+    while error.validator in ("oneOf", "anyOf") and error.context:
+        depth = len(error.absolute_path)
+        deeper = [e for e in error.context if len(e.absolute_path) > depth]
+        if not deeper:
+            break
+        error = max(deeper, key=lambda e: len(e.absolute_path))
+    return error
+
+
 def schema_message(error: Any) -> str:
     """``key: what is wrong; allowed: ...`` from a jsonschema ValidationError."""
+    error = _deepest(error)
     path = list(error.absolute_path)
     if error.validator == "additionalProperties":
         known = sorted(error.schema.get("properties", {}))
@@ -133,6 +150,11 @@ def schema_message(error: Any) -> str:
     elif isinstance(instance, float) and instance.is_integer() and error.validator in (
             "type", "oneOf"):
         what = f"{instance!r} is a float; write a whole number ({int(instance)})"
+    elif error.validator in ("oneOf", "anyOf"):
+        # the one alternative of the value's own kind says why (a list: "non-unique")
+        said = [e.message for e in error.context or ()
+                if e.validator not in ("type", "enum", "const")]
+        what = said[0] if len(said) == 1 else f"{brief(repr(instance), 200)} is not allowed"
     else:
         what = error.message
     return brief(f"{key_of(path)}: {brief(what, 300)}; allowed: {allowed(error.schema)}")
@@ -197,7 +219,56 @@ def validated(config: dict[str, Any], check_disk: bool = True) -> dict[str, Any]
         if hasattr(cause, "absolute_path"):
             raise ConfigError(schema_message(cause)) from None
         raise ConfigError(brief(str(err))) from None
+    # the config as used (config.used.yaml) names the counts auto stood for on this machine
+    resolve_auto(config)
     return effective(config, check_disk)
+
+
+def auto_cpus() -> int:
+    """The CPU count ``workers: auto`` is built for: ``PERFGRID_AUTO_CPUS`` where set (a
+    cluster run builds its grid on the login node, not where the jobs run), else the
+    CPUs this process may use (``os.sched_getaffinity``, so taskset, a cpuset cgroup or a
+    SLURM allocation count, never ``os.cpu_count()``)."""
+    text = os.environ.get(AUTO_CPUS_ENV, "").strip()
+    if not text:
+        return len(os.sched_getaffinity(0))
+    if not text.isdigit() or not 1 <= int(text) <= 2048:
+        raise ConfigError(f"{AUTO_CPUS_ENV}={text!r} (the CPU count of workers: auto); "
+                          f"allowed: a whole number from 1 to 2048, or unset")
+    return int(text)
+
+
+def resolve_auto(config: dict[str, Any]) -> dict[str, list[int]]:
+    """Replace every ``auto`` of a worker axis in ``config`` by its counts, in place.
+
+    Worker axes: each experiment's ``workers``, its ``erlang.workers`` and each
+    ``extra_grids[i].workers``; a ring needs two members, so ring's auto starts at 2.
+    Returns the resolved keys and their counts.
+    """
+    done: dict[str, list[int]] = {}
+    cpus: int | None = None
+    for name in experiments.ALL:
+        section = config.get(name)
+        if not isinstance(section, dict):
+            continue
+        least = 2 if name == "ring" else 1
+        holders = [(name, section, least)]
+        if isinstance(section.get("erlang"), dict):
+            holders.append((f"{name}.erlang", section["erlang"], 1))
+        holders += [(f"{name}.extra_grids[{i}]", grid, least)
+                    for i, grid in enumerate(section.get("extra_grids") or [])
+                    if isinstance(grid, dict)]
+        for key, holder, minimum in holders:
+            value = holder.get("workers")
+            items = value if isinstance(value, list) else [value]
+            if "auto" not in items:
+                continue
+            cpus = auto_cpus() if cpus is None else cpus
+            counts = {c for item in items
+                      for c in (binding.auto_workers(cpus, minimum) if item == "auto"
+                                else [item])}
+            holder["workers"] = done[f"{key}.workers"] = sorted(counts)
+    return done
 
 
 def effective(config: dict[str, Any], check_disk: bool = True) -> dict[str, Any]:
@@ -205,6 +276,7 @@ def effective(config: dict[str, Any], check_disk: bool = True) -> dict[str, Any]
     check_shape(config)
     check_strict(config)
     cfg = copy.deepcopy(config)
+    resolve_auto(cfg)
     cfg["host"] = cfg.get("host") or socket.gethostname().split(".")[0]
     _check_host(cfg["host"])
     known = experiments.available()

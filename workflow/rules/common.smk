@@ -11,12 +11,16 @@ from perfgrid.paths import Layout
 # The schema (../schemas/config.schema.yaml, defaults filled in) and what it cannot
 # express: one short message naming the key, before any job, and nothing written.
 try:
+    # workers: auto counts the CPUs where the workflow is parsed; a cluster job parses it
+    # again on its node, so the count goes with it (envvars) and every job sees one grid
+    os.environ.setdefault(settings.AUTO_CPUS_ENV, str(settings.auto_cpus()))
     SETTINGS = settings.validated(config)
 except settings.ConfigError as err:
     raise WorkflowError(settings.brief(f"invalid config: {err}")) from None
 
 envvars:
     "PATH",
+    settings.AUTO_CPUS_ENV,
 
 
 # Jobs run `python` and import perfgrid from this checkout: the interpreter

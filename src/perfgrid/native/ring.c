@@ -169,15 +169,17 @@ int main(int argc, char **argv) {
     if (put_token(out, token) != 1 || get_token(in, &token) != 1) die("first trip");
     double setup = now() - setup_start;
 
-    char cpus[MAX_WORKERS * 16];
-    size_t used = 0;
+    /* every member's whole CPU list: unbound members of a large machine list them all */
+    static char one[CPU_SETSIZE * 6];
+    size_t size = (size_t)workers * (sizeof one + 1) + 1, used = 0;
+    char *cpus = malloc(size);
+    if (!cpus) die("malloc");
     cpus[0] = '\0';
-    for (long i = 0; i < workers && used + 64 < sizeof cpus; i++) {
+    for (long i = 0; i < workers; i++) {
         cpu_set_t had;
-        char one[CPU_SETSIZE * 4];
         if (sched_getaffinity(i ? pids[i] : 0, sizeof had, &had) != 0) die("sched_getaffinity");
         format_cpus(&had, one, sizeof one);
-        used += snprintf(cpus + used, sizeof cpus - used, i ? "|%s" : "%s", one);
+        used += snprintf(cpus + used, size - used, i ? "|%s" : "%s", one);
     }
 
     struct rusage before, after;
@@ -215,5 +217,6 @@ int main(int argc, char **argv) {
            "\"setup_seconds\": %.9f, \"user_s\": %.6f, \"sys_s\": %.6f, "
            "\"ctx_voluntary\": %ld, \"ctx_involuntary\": %ld, \"cpus\": \"%s\"}\n",
            workers, rounds, workers * rounds, elapsed, setup, user, sys, nvcsw, nivcsw, cpus);
+    free(cpus);
     return 0;
 }

@@ -1,0 +1,116 @@
+"""``workers: auto``: the worker axes follow the CPUs a run may use."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+import yaml
+from snakemake.utils import validate
+
+from perfgrid import settings
+
+from conftest import REPO
+
+SCHEMA = str(REPO / "workflow" / "schemas" / "config.schema.yaml")
+BASE = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+#: the worker lists config.yaml had before auto: on 2 CPUs auto must give the same grid
+BEFORE = {"file_read": [1, 2, 4, 8, 16], "syscall": [1, 2, 4, 8, 16], "ring": [2, 4, 8]}
+
+
+def effective(config: dict, cpus: int | None, monkeypatch: pytest.MonkeyPatch) -> dict:
+    if cpus is None:
+        monkeypatch.delenv(settings.AUTO_CPUS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(settings.AUTO_CPUS_ENV, str(cpus))
+    config = copy.deepcopy(config)
+    validate(config, SCHEMA)
+    return settings.effective(config, check_disk=False)
+
+
+def points(cfg: dict) -> dict[str, set]:
+    return {e: {tuple(sorted(p.items())) for p in settings.grid(cfg, e)}
+            for e in cfg["experiments"]}
+
+
+def test_auto_follows_the_allowed_cpus_not_cpu_count(monkeypatch):
+    monkeypatch.delenv(settings.AUTO_CPUS_ENV, raising=False)
+    original = os.sched_getaffinity(0)
+    one = min(original)
+    os.sched_setaffinity(0, {one})  # as under `taskset -c <one>`
+    try:
+        assert settings.auto_cpus() == 1
+        cfg = effective({"syscall": {"workers": "auto"}, "ring": {"workers": "auto"}}, None,
+                        monkeypatch)
+    finally:
+        os.sched_setaffinity(0, original)
+    assert cfg["syscall"]["workers"] == [1, 2]
+    assert cfg["ring"]["workers"] == [2]  # a ring needs two members
+
+
+@pytest.mark.parametrize("cpus, counts, ring, http", [
+    (2, [1, 2, 4, 8, 16], [2, 4, 8], [1, 2, 4]),
+    (16, [1, 2, 4, 8, 16, 32], [2, 4, 8, 16, 32], [1, 2, 4, 8, 16, 32]),
+    (64, [1, 2, 4, 8, 16, 32, 64, 128], [2, 4, 8, 16, 32, 64, 128],
+     [1, 2, 4, 8, 16, 32, 64, 128]),
+])
+def test_auto_beside_counts_in_a_list(monkeypatch, cpus, counts, ring, http):
+    cfg = effective(BASE, cpus, monkeypatch)
+    assert cfg["file_read"]["workers"] == counts  # [auto, 8, 16]
+    assert cfg["syscall"]["workers"] == counts
+    assert cfg["ring"]["workers"] == ring  # [auto, 8], from 2
+    assert cfg["http"]["extra_grids"][0]["workers"] == http  # auto
+    assert cfg["file_read"]["erlang"]["workers"] == [2, 16]  # lists keep working
+
+
+def test_on_two_cpus_the_full_grid_is_the_one_before_auto(monkeypatch):
+    explicit = copy.deepcopy(BASE)
+    for name, workers in BEFORE.items():
+        explicit[name]["workers"] = workers
+    explicit["http"]["extra_grids"][0]["workers"] = [4]
+    assert points(effective(BASE, 2, monkeypatch)) == points(
+        effective(explicit, 2, monkeypatch))
+
+
+def test_the_grid_grows_with_the_cpus(monkeypatch):
+    counts = {cpus: sum(map(len, points(effective(BASE, cpus, monkeypatch)).values()))
+              for cpus in (2, 16, 64)}
+    assert counts[2] < counts[16] < counts[64]
+
+
+def test_schema_defaults_are_auto(monkeypatch):
+    cfg = effective({}, 4, monkeypatch)
+    assert cfg["http"]["workers"] == [1, 2, 4, 8]
+    assert cfg["ring"]["workers"] == [2, 4, 8]
+    assert cfg["syscall"]["workers"] == cfg["file_read"]["workers"] == [1, 2, 4, 8, 16]
+
+
+def test_the_config_as_used_names_the_counts(monkeypatch):
+    monkeypatch.setenv(settings.AUTO_CPUS_ENV, "2")
+    config = copy.deepcopy(BASE)
+    settings.validated(config, check_disk=False)
+    assert config["ring"]["workers"] == [2, 4, 8]  # config.used.yaml: no auto left
+    assert config["http"]["extra_grids"][0]["workers"] == [1, 2, 4]
+
+
+@pytest.mark.parametrize("value", ["0", "many", "-2", "99999"])
+def test_a_bad_cpu_count_names_the_variable(monkeypatch, value):
+    monkeypatch.setenv(settings.AUTO_CPUS_ENV, value)
+    with pytest.raises(settings.ConfigError, match=f"{settings.AUTO_CPUS_ENV}.*allowed"):
+        settings.validated(copy.deepcopy(BASE), check_disk=False)
+
+
+@pytest.mark.parametrize("overrides, needle", [
+    ({"workers": "aut"}, "syscall.workers: 'aut' is not allowed; allowed: one of ['auto']"),
+    ({"workers": [0]}, "syscall.workers[0]: 0 is less than the minimum of 1"),
+    ({"workers": ["auto", "auto"]}, "syscall.workers: ['auto', 'auto'] has non-unique"),
+    ({"workers": []}, "syscall.workers: [] should be non-empty"),
+    ({"workers": 4}, "syscall.workers: 4 is not allowed; allowed: one of ['auto'] or a list"),
+])
+def test_bad_worker_axes_name_the_key_and_what_is_allowed(monkeypatch, overrides, needle):
+    config = copy.deepcopy(BASE)
+    config["syscall"].update(overrides)
+    with pytest.raises(settings.ConfigError) as info:
+        settings.validated(config, check_disk=False)
+    assert needle in str(info.value)
