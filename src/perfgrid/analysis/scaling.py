@@ -29,6 +29,7 @@ worker count with the smallest one scaled linearly.
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -320,7 +321,9 @@ def plot(table: pd.DataFrame, fitted: pd.DataFrame, axes: Sequence[str], out_dir
         ax.plot(grid_n, amdahl(grid_n, f["amdahl_lambda"] / lam, f["amdahl_s"]), "--",
                 color="tab:orange", label="Amdahl")
         ax.set_ylim(0, max(float(np.nanmax(hi)) * 1.15, 1.2))
-        ax.set_title(", ".join(f"{a}={f[a]}" for a in varying)[:60] or name, fontsize=7)
+        words = [f"{a}={f[a]}" if isinstance(f[a], int | float | np.integer) else str(f[a])
+                 for a in varying if a != "runtime" or "variant" not in varying]
+        ax.set_title(textwrap.fill(", ".join(words), 40) or name, fontsize=7)
         ax.tick_params(labelsize=6)
         ax.set_xlabel("workers", fontsize=7)
         ax.set_ylabel("rate / fitted λ", fontsize=7)
