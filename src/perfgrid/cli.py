@@ -46,6 +46,11 @@ def _plots(args: argparse.Namespace) -> None:
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     written = module(args.experiment).plot(table, tmp)
+    from perfgrid import experiments
+    from perfgrid.analysis import scaling
+
+    # every experiment with a worker axis: Amdahl and USL fits (scaling.csv) and their figure
+    written += scaling.write(table, experiments.get(args.experiment).axes, tmp, args.experiment)
     tmp.rename(out)
     print(f"{args.experiment}: {len(written)} figures -> {out}")
 

@@ -239,6 +239,26 @@ def seed_comparison(seed_rows: list[dict], table: pd.DataFrame,
     return frame.dropna(axis=1, how="all")
 
 
+def extra_tables(analysis: Any, table: pd.DataFrame, plot_dir: Path,
+                 axes: tuple[str, ...]) -> list[tuple[str, str, pd.DataFrame]]:
+    """(title, note, frame) of the tables besides the main one: the scaling fits the plots
+    job wrote (``scaling.csv``), then whatever the analysis module's ``tables()`` gives."""
+    from perfgrid.analysis import scaling
+
+    out = []
+    fitted = plot_dir / "scaling.csv"
+    if fitted.exists():
+        out.append(("Scaling with workers: Amdahl and USL fits",
+                    "Parameters with 95 % bootstrap intervals (refits to the rows' bootstrap "
+                    "replicates); efficiency: rate at the largest worker count over the "
+                    "smallest one's scaled linearly; better model by AICc where both models "
+                    "keep two degrees of freedom.",
+                    scaling.summary(pd.read_csv(fitted), axes)))
+    if hasattr(analysis, "tables"):
+        out += analysis.tables(table)
+    return out
+
+
 def _img(path: Path) -> str:
     data = base64.b64encode(path.read_bytes()).decode()
     return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
@@ -288,6 +308,7 @@ def build(root: Path, experiment_names: list[str], cv_threshold: float) -> dict[
             "unconverged": unconverged(table, list(axes)),
             "figures": sorted(layout.plot_dir(name).glob("*.png")),
             "skipped": [s for s in skipped if s["experiment"] == name],
+            "tables": extra_tables(analysis, table, layout.plot_dir(name), axes),
         })
     return {"machine": machine, "sections": sections, "claims": _claims_frame(all_claims),
             "precision": precision_frame(sections),
@@ -385,6 +406,8 @@ def render_md(data: dict[str, Any]) -> str:
                 "Source: " + "; ".join(sec["seed_source"]) + "\n", md_table(sec["seed"])]
         out += [f"- {n}\n" for n in sec["notes"]]
         out += ["### This machine\n", md_table(sec["shown"])]
+        for title, note, frame in sec.get("tables", []):
+            out += [f"### {title}\n", note + "\n" if note else "", md_table(frame)]
         if not sec["flags"].empty:
             out += ["### Flagged points\n", md_table(sec["flags"][
                 ["runtime", *sec["axes"], "cv", "flag"]])]
@@ -454,6 +477,9 @@ def render_html(data: dict[str, Any]) -> str:
                   _html_table(sec["seed"])]
         parts += [f"<p>{esc(n)}</p>" for n in sec["notes"]]
         parts += ["<h3>This machine</h3>", _html_table(sec["shown"])]
+        for title, note, frame in sec.get("tables", []):
+            parts += [f"<h3>{esc(title)}</h3>", f"<p>{esc(note)}</p>" if note else "",
+                      _html_table(frame)]
         if not sec["flags"].empty:
             parts += ["<h3>Flagged points</h3>", _html_table(sec["flags"][
                 ["runtime", *sec["axes"], "cv", "flag"]])]

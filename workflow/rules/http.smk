@@ -16,7 +16,7 @@ rule http:
         options=http_options,
         erlang=erlang_options,
     wildcard_constraints:
-        client="ab|builtin",
+        client="ab|builtin|openloop",
         keepalive="off|on",
         concurrency=r"\d+",
     threads: BENCH_THREADS

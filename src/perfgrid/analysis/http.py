@@ -41,6 +41,73 @@ BOUND = ("spread", "compact", "single")
 OTHER_AXES = ["variant", "client", "keepalive", "binding", "workers", "concurrency"]
 
 
+#: open-loop latency columns of a step, in the order the report shows them
+OPENLOOP_LATENCIES = {"p50_ms": "p50", "p90_ms": "p90", "p99_ms": "p99", "p99_9_ms": "p99.9",
+                      "max_ms": "max"}
+
+
+def openloop_steps(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per step of every open-loop sweep (the ``openloop_steps`` JSON of its row)."""
+    import json
+
+    if table.empty or "openloop_steps" not in table:
+        return pd.DataFrame()
+    rows = []
+    for _, r in table[table["openloop_steps"].notna()].iterrows():
+        for step in json.loads(r["openloop_steps"]):
+            step.pop("hdr", None)
+            rows.append({"variant": r["variant"], "keepalive": r["keepalive"],
+                         "binding": r["binding"], "workers": int(r["workers"]),
+                         "concurrency": int(r["concurrency"]), **step})
+    return pd.DataFrame(rows)
+
+
+def tables(table: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
+    """The report's extra table: open-loop latency percentiles against achieved throughput."""
+    steps = openloop_steps(table)
+    if steps.empty:
+        return []
+    shown = steps[["variant", "workers", "keepalive", "concurrency", "offered_rate",
+                   "achieved_rate", *OPENLOOP_LATENCIES, "send_lag_p99_ms", "unsent",
+                   "saturated"]].rename(columns={
+                       "offered_rate": "offered req/s", "achieved_rate": "achieved req/s",
+                       **{k: f"{v} (ms)" for k, v in OPENLOOP_LATENCIES.items()},
+                       "send_lag_p99_ms": "client send lag p99 (ms)",
+                       "concurrency": "connections"})
+    note = ("The openloop client sends each request at its scheduled time whatever the "
+            "answers and measures latency from that time (no coordinated omission), into an "
+            "HDR histogram; one step per offered rate, lowest first, until the first "
+            "saturated step (achieved below 90 % of offered, or requests unsent at the "
+            "step's deadline). A large client send lag says the client, not the server, "
+            "fell behind (it shares the CPUs).")
+    return [("Open-loop latency against achieved throughput", note,
+             shown.round(2).reset_index(drop=True))]
+
+
+def _openloop_plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
+    """Latency percentiles against achieved requests/s, one line per percentile and server."""
+    steps = openloop_steps(table)
+    if steps.empty:
+        return []
+    long = steps.melt(id_vars=["variant", "workers", "keepalive", "concurrency",
+                               "achieved_rate", "offered_rate"],
+                      value_vars=list(OPENLOOP_LATENCIES), var_name="percentile",
+                      value_name="latency_ms")
+    long["percentile"] = long["percentile"].map(OPENLOOP_LATENCIES)
+    long["krps"] = long["achieved_rate"] / 1e3
+    long["server"] = (long["variant"] + ", " + long["workers"].astype(str) + " worker(s), "
+                      + "keep-alive " + long["keepalive"].astype(str) + ", "
+                      + long["concurrency"].astype(str) + " connections")
+    grid = sns.relplot(data=long, x="krps", y="latency_ms", hue="percentile",
+                       hue_order=list(OPENLOOP_LATENCIES.values()), col="server",
+                       col_wrap=min(2, long["server"].nunique()), kind="line", markers=True,
+                       sort=False, height=3.2, aspect=1.3, palette="flare")
+    grid.set(yscale="log", xlabel="achieved requests/s (thousands)", ylabel="latency (ms)")
+    grid.figure.suptitle("http, open loop: latency from the scheduled time against achieved "
+                         "throughput (one point per offered rate)", y=1.03)
+    return save(grid.figure, out_dir, "openloop_latency")
+
+
 def _load_label(table: pd.DataFrame) -> pd.Series:
     return table["client"].astype(str) + ", keep-alive " + table["keepalive"].astype(str)
 
@@ -102,6 +169,7 @@ def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
         grid.figure.suptitle("http: CPU the server workers and the load generator got "
                              "(mean over bindings)", y=1.02)
         written += save(grid.figure, out_dir, "cpu_by_concurrency")
+    written += _openloop_plot(table, out_dir)
     return written
 
 
@@ -227,6 +295,16 @@ def notes(table: pd.DataFrame) -> list[str]:
     ratios = [r for _, r in _ratios(table, "keepalive", "on", "off")]
     if ratios:
         out.append(f"keep-alive on over off: {_spread(ratios)}.")
+    steps = openloop_steps(table)
+    for variant, found in steps.groupby("variant") if not steps.empty else []:
+        top = found.loc[found["achieved_rate"].idxmax()]
+        last = found.iloc[-1]
+        out.append(f"Open loop, {variant}: at most {top['achieved_rate']:,.0f} requests/s "
+                   f"achieved (offered {top['offered_rate']:,.0f}; p99 {top['p99_ms']:.1f} ms, "
+                   f"max {top['max_ms']:.1f} ms); the sweep "
+                   + ("saturated" if last["saturated"] else "did not saturate")
+                   + f" at {last['offered_rate']:,.0f} offered (client send lag p99 "
+                   f"{last['send_lag_p99_ms']:.1f} ms).")
     ratios = [r for _, r in _ratios(table, "client", "builtin", "ab")]
     if ratios:
         out.append(f"builtin client over ab: {_spread(ratios)} (the builtin client is Python "

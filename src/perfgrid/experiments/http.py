@@ -6,6 +6,9 @@ lock shared by ``workers`` processes on one port (SO_REUSEPORT), each bound
 per ``binding``. The load comes from ``ab`` (as in the seed) or a builtin
 asyncio client, with and without keep-alive. Every load is checked: the
 counter must equal the successful answers, with no value handed out twice.
+The ``openloop`` client sends at fixed times whatever the answers (no
+coordinated omission) and sweeps offered rates up to saturation
+(:mod:`perfgrid.openloop`); its row's rate is the highest rate it achieved.
 The ``erlang`` server is the seed's own design (src/perfgrid/erlang/pg_http.erl):
 gen_tcp on one VM with ``workers`` schedulers, one mnesia transaction per
 request (an ETS counter if mnesia cannot start, said in the row), under the
@@ -30,7 +33,10 @@ from perfgrid.experiments.base import Case, Experiment, Metadata, Point
 SERVERS = (*httpserver.SERVERS, "erlang")
 #: acceptor processes of the Erlang server waiting on the listening socket
 ERLANG_ACCEPTORS = 16
-CLIENTS = httpload.CLIENTS
+#: ab and builtin are closed loops (httpload); openloop schedules requests (perfgrid.openloop)
+CLIENTS = (*httpload.CLIENTS, "openloop")
+#: the open-loop sweep when the config names none: offered requests/s, seconds per step
+OPENLOOP_DEFAULTS = {"rates": [500, 1000, 2000, 4000, 8000], "duration_s": 2.0}
 KEEPALIVE = ("off", "on")
 #: config list key -> grid axis; an extra grid may set any of them, and ``requests``
 LIST_KEYS = {"servers": "variant", "clients": "client", "keepalive": "keepalive",
@@ -137,10 +143,19 @@ class Http(Experiment):
         raise KeyError(f"http: {point} is in no grid of the config")
 
     def options(self, section: dict[str, Any], point: Point, database: str) -> dict[str, str]:
-        """The ``--option`` values of one job (everything but the axes)."""
-        return {"requests": str(self.requests_for(section, point)), "database": database,
-                "port": str(section.get("port", 0)),
-                "timeout_s": str(section.get("timeout_s", DEFAULT_TIMEOUT_S))}
+        """The ``--option`` values of one job (everything but the axes).
+
+        Only openloop points get the sweep's options, so the other points' jobs keep
+        their exact parameters (and Snakemake does not rerun them for a new key).
+        """
+        out = {"requests": str(self.requests_for(section, point)), "database": database,
+               "port": str(section.get("port", 0)),
+               "timeout_s": str(section.get("timeout_s", DEFAULT_TIMEOUT_S))}
+        if point["client"] == "openloop":
+            sweep = {**OPENLOOP_DEFAULTS, **(section.get("openloop") or {})}
+            out["openloop_rates"] = ",".join(f"{r:g}" for r in sweep["rates"])
+            out["openloop_duration_s"] = f"{sweep['duration_s']:g}"
+        return out
 
     def unavailable(self, point: Point) -> str | None:
         if point["variant"] == "uvloop" and (why := httpserver.uvloop_missing()):
@@ -149,6 +164,11 @@ class Http(Experiment):
             return why
         if point["client"] == "ab":
             return httpload.missing_ab()
+        if point["client"] == "openloop":
+            try:
+                import hdrh.histogram  # noqa: F401
+            except ImportError:
+                return "hdrhistogram not installed (pip install hdrhistogram): no open-loop load"
         return None
 
     def prepare(self, point: Point, options: dict[str, str]) -> Case:
@@ -188,8 +208,14 @@ class Http(Experiment):
                                        bind=point["binding"] != "none")
         results: list[httpload.LoadResult] = []
         server_cpu: list[float] = []
+        steps: list = []
 
         def one_load() -> float:
+            if client == "openloop":  # a sweep of offered rates, the counter checked per step
+                return _openloop(group.port, requests, concurrency, keepalive == "on",
+                                 timeout_s, options, lambda: httpserver.init_database(database),
+                                 lambda: httpserver.read_counter(database), group.cpu_seconds,
+                                 results, server_cpu, steps)
             httpserver.init_database(database)  # counter back to 0, servers idle
             group.check_alive()
             before = group.cpu_seconds()
@@ -203,7 +229,7 @@ class Http(Experiment):
         def time_loops(loops: int) -> float:
             return sum(one_load() for _ in range(loops))
 
-        observed = _observer(results, server_cpu, lambda: group.actual_cpus)
+        observed = _observer(results, server_cpu, lambda: group.actual_cpus, steps)
         return Case(time=time_loops, work_per_loop=requests, metadata=meta,
                     close=group.stop, observed=observed)
 
@@ -233,12 +259,18 @@ class Http(Experiment):
         process = psutil.Process(server.pid)
         results: list[httpload.LoadResult] = []
         server_cpu: list[float] = []
+        steps: list = []
 
         def cpu_seconds() -> float:
             times = process.cpu_times()
             return times.user + times.system
 
         def one_load() -> float:
+            if client == "openloop":  # a sweep of offered rates, the counter checked per step
+                return _openloop(int(ready["port"]), requests, concurrency, keepalive, timeout_s,
+                                 options, lambda: server.ask("reset"),
+                                 lambda: int(server.ask("count")["counter"]), cpu_seconds,
+                                 results, server_cpu, steps)
             server.ask("reset")  # counter back to 0, server idle
             before = cpu_seconds()
             result = httpload.run_load(client, int(ready["port"]), requests, concurrency,
@@ -264,12 +296,37 @@ class Http(Experiment):
                 shutil.rmtree(state_dir, ignore_errors=True)
 
         return Case(time=time_loops, work_per_loop=requests, metadata=meta, close=close,
-                    observed=_observer(results, server_cpu, cpus))
+                    observed=_observer(results, server_cpu, cpus, steps))
+
+
+def _openloop(port: int, requests: int, concurrency: int, keepalive: bool, timeout_s: float,
+              options: dict[str, str], reset: Callable[[], object], count: Callable[[], int],
+              cpu_seconds: Callable[[], float], results: list[httpload.LoadResult],
+              server_cpu: list[float], steps: list) -> float:
+    """One open-loop sweep; returns the time ``requests`` take at the highest achieved rate.
+
+    So the row's rate (``requests`` over that time) is the sweep's peak achieved rate;
+    every step, with its percentiles and histogram, goes into the metadata.
+    """
+    from perfgrid import openloop
+
+    rates = [float(r) for r in options.get("openloop_rates", "").split(",") if r]
+    duration = float(options.get("openloop_duration_s", OPENLOOP_DEFAULTS["duration_s"]))
+    before = cpu_seconds()
+    done, found = openloop.sweep(port, rates or OPENLOOP_DEFAULTS["rates"], duration, requests,
+                                 concurrency, keepalive, timeout_s, before=reset,
+                                 after=lambda result: check_load(result, count()))
+    server_cpu.append(cpu_seconds() - before)
+    results.extend(done)
+    steps.append(found)
+    return requests / max(s.achieved_rate for s in found)
 
 
 def _observer(results: list[httpload.LoadResult], server_cpu: list[float],
-              worker_cpus: Callable[[], list[list[int]]]) -> Callable[[], Metadata]:
-    """The per-run metadata of the loads run so far (any server)."""
+              worker_cpus: Callable[[], list[list[int]]],
+              steps: list | None = None) -> Callable[[], Metadata]:
+    """The per-run metadata of the loads run so far (any server); an open-loop sweep adds
+    its steps (the latest sweep's)."""
 
     def observed() -> Metadata:
         if not results:
@@ -295,6 +352,10 @@ def _observer(results: list[httpload.LoadResult], server_cpu: list[float],
             for key, value in result.detail.items():
                 name = f"perfgrid_{key}"
                 extra[name] = int(extra.get(name, 0)) + value
+        if steps:
+            from perfgrid import openloop
+
+            extra.update(openloop.summary(steps[-1]))
         return extra
 
     return observed
