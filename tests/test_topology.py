@@ -1,24 +1,36 @@
 """Topology from synthetic sysfs trees of four real shapes, and the plans on each.
 
 The expected plans are written out by hand from each shape's numbering
-(tests/data/topology/make_trees.py says how Linux numbers them), for 1, 2, N/2, N and 2N
+(tests/topology_trees.py writes them and says how Linux numbers them), for 1, 2, N/2, N and 2N
 workers, N the shape's logical CPUs.
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from perfgrid import binding, topology
 
-TREES = Path(__file__).resolve().parent / "data" / "topology"
+import topology_trees
+
+
+@functools.cache
+def trees() -> Path:
+    """The four trees, written once per test session into a temporary folder."""
+    base = Path(tempfile.mkdtemp(prefix="perfgrid-topology-"))
+    atexit.register(shutil.rmtree, base, True)
+    return topology_trees.build(base)
 
 
 def shape(name: str, allowed: list[int] | None = None) -> topology.Topology:
-    root = TREES / name
+    root = trees() / name
     if allowed is None:
         allowed = topology.online_cpus(root)
     return topology.read(root, allowed=allowed)

@@ -10,7 +10,8 @@ A plain random order still lines up with some axis by chance now and then
 (with 8 jobs on an axis, |rho| > 0.5 in one draw of ten). So the order is
 re-randomised (Morgan and Rubin, "Rerandomization to improve covariate
 balance", 2012): of ``DRAWS`` permutations drawn from the seed, the one
-whose largest rank correlation with any numeric axis is smallest is used.
+whose largest rank correlation with any numeric axis (in units of its chance
+spread, 1/sqrt(n - 1) for n jobs) is smallest is used.
 It is still a random order, so drift in time and any axis stay unrelated.
 
 With ``measure.rounds: R`` each point is R jobs (asv's interleaved rounds):
@@ -87,13 +88,14 @@ def numeric_axes(jobs: list[Job]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 
 
 def imbalance(perm: np.ndarray, axes: dict[str, tuple[np.ndarray, np.ndarray]]) -> float:
-    """The largest |Spearman rho| of place and a numeric axis, job ``perm[k]`` running k-th."""
+    """The largest |Spearman rho| * sqrt(n - 1) of place and a numeric axis (job ``perm[k]``
+    running k-th): each axis's correlation on the scale of its own chance spread."""
     place = np.empty(len(perm), dtype=float)
     place[perm] = np.arange(len(perm))
     worst = 0.0
     for index, ranks in axes.values():
         rho = _pearson(_ranks(place[index]), ranks)
-        worst = max(worst, abs(rho))
+        worst = max(worst, abs(rho) * np.sqrt(len(index) - 1))
     return worst
 
 

@@ -7,7 +7,7 @@ repeats across the dies and packages of a machine). sysfs is read directly, so n
 needs installing; hwloc (``lstopo``) shows the same facts and is a good cross-check.
 
 Every reader takes the sysfs root as an argument so that tests can point it at a synthetic
-tree (``tests/data/topology/<shape>/``) shaped like ``/sys``.
+tree (``tests/topology_trees.py`` writes four) shaped like ``/sys``.
 """
 
 from __future__ import annotations
