@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import time
 
 import pytest
 import yaml
@@ -11,7 +10,7 @@ from snakemake.utils import validate
 
 from perfgrid import settings
 
-from conftest import REPO, snakemake, write_config
+from helpers import REPO, snakemake, write_config
 
 SCHEMA = str(REPO / "workflow" / "schemas" / "config.schema.yaml")
 #: ~300 bytes of YAML that expand to 2 x 9**7 (9.6 million) values
@@ -232,15 +231,12 @@ CLI_BAD = [
 def test_cli_gives_one_short_message_and_writes_nothing(tmp_path, text, needle):
     config = tmp_path / "bad.yaml"
     config.write_text(text)
-    started = time.perf_counter()
     result = snakemake(tmp_path, "--cores", "1", config=config, timeout=120)
-    elapsed = time.perf_counter() - started
     out = result.stdout + result.stderr
     assert result.returncode != 0
     assert f"invalid config: {needle}" in out, out[-3000:]
     assert len(out) < 4 * settings.MAX_MESSAGE, out[-3000:]
     assert "Traceback" not in out and "settings.py" not in out and "http.py" not in out
-    assert elapsed < 60
     assert sorted(p.name for p in tmp_path.iterdir()) == [".snakemake", "bad.yaml"]
 
 

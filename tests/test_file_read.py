@@ -1,11 +1,12 @@
 import os
-import shutil
 import threading
 
 import pytest
 
 from perfgrid import binding, pagecache
 from perfgrid.experiments import file_read, get
+
+from helpers import needs
 
 EXP = get("file_read")
 
@@ -100,9 +101,9 @@ def test_warm_state_not_reached_is_flagged(small_file, monkeypatch):
     assert state.metadata() == {"perfgrid_resident_fraction": 0.5, "perfgrid_cache_reached": 0}
 
 
-@pytest.mark.skipif(not shutil.which("dd"), reason="dd not installed")
+@needs("dd")
 def test_dd_reports_its_own_time(small_file):
-    assert 0 < file_read.dd_seconds(str(small_file), 65536) < 5
+    assert file_read.dd_seconds(str(small_file), 65536) > 0
 
 
 def test_fio_json_is_found_after_warnings():
@@ -112,7 +113,7 @@ def test_fio_json_is_found_after_warnings():
         file_read.parse_fio_json("fio: failed\n")
 
 
-@pytest.mark.skipif(not shutil.which("fio"), reason="fio not installed (Debian package fio)")
+@needs("fio")
 def test_fio_reads_the_whole_file(small_file):
     cmd = file_read.fio_command(str(small_file), 65536, 2, "spread", binding.plan("spread", 2))
     seconds, done = file_read.fio_seconds(cmd)

@@ -20,7 +20,6 @@ import uuid
 import pandas as pd
 import psutil
 import pytest
-import yaml
 from snakemake.utils import validate
 
 from perfgrid import binding
@@ -29,24 +28,16 @@ from perfgrid.analysis import spawn as analysis
 from perfgrid.experiments import get
 from perfgrid.experiments import spawn as spawn_mod
 
-from conftest import REPO
+from helpers import FULL, SCHEMA, compile_native, needs, tagged, wait_for
 from synthetic import row, single
 
 EXP = get("spawn")
-HAVE_CC = shutil.which("cc") is not None
 CPUS = sorted(os.sched_getaffinity(0))
-SCHEMA = str(REPO / "workflow" / "schemas" / "config.schema.yaml")
-FULL = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
 
 
 @pytest.fixture(scope="module")
 def native_binary(tmp_path_factory) -> str:
-    if not HAVE_CC:
-        pytest.skip("no C compiler")
-    out = tmp_path_factory.mktemp("bin") / "spawn"
-    subprocess.run(["cc", "-O2", "-Wall", "-pthread", "-o", str(out),
-                    str(REPO / "src" / "perfgrid" / "native" / "spawn.c")], check=True)
-    return str(out)
+    return compile_native("spawn", tmp_path_factory.mktemp("bin"))
 
 
 def point(variant: str, bind: str, chains: int, total: int) -> dict:
@@ -106,9 +97,14 @@ def test_python_chains_make_every_spawn_and_leave_nothing(variant, chains, total
 def test_chains_are_pinned_as_the_binding_says(variant):
     meta = run_case(point(variant, "single", 3, 9), passes=1)
     assert meta["perfgrid_chain_cpus"] == "|".join([str(CPUS[0])] * 3)  # read back per chain
-    if len(CPUS) >= 2:
-        meta = run_case(point(variant, "spread", 2, 4), passes=1)
-        assert meta["perfgrid_chain_cpus"] == binding.describe(binding.plan("spread", 2))
+
+
+@pytest.mark.skipif(len(CPUS) < 2, reason="spread binding needs 2+ CPUs; this test may use 1")
+@pytest.mark.parametrize("variant", ["thread", "posix_spawn"])
+def test_spread_chains_land_on_distinct_cpus(variant):
+    meta = run_case(point(variant, "spread", 2, 4), passes=1)
+    assert meta["perfgrid_chain_cpus"] == binding.describe(binding.plan("spread", 2))
+    assert len(set(meta["perfgrid_chain_cpus"].split("|"))) == 2
 
 
 def test_fork_runner_is_a_lean_interpreter():
@@ -151,34 +147,13 @@ def test_native_program_refuses_bad_arguments(native_binary, args, needle):
     assert proc.returncode != 0 and needle in proc.stderr
 
 
-def tagged(marker: str) -> list[psutil.Process]:
-    """Live processes whose environment carries ``marker`` (orphans included)."""
-    out = []
-    for proc in psutil.process_iter():
-        try:
-            if (proc.status() != psutil.STATUS_ZOMBIE
-                    and proc.environ().get("PERFGRID_KILLTEST") == marker):
-                out.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return out
-
-
-def wait_for(condition, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.mark.parametrize("variant, total, sig, started", [
     ("fork", 200000, signal.SIGKILL, 4),  # manager, worker, lean runner, a unit
     ("mp_fork", 100000, signal.SIGTERM, 4),  # manager, worker, runner, drivers...
     ("thread", 10000000, signal.SIGKILL, 2),  # manager, worker (the threads are inside)
-    pytest.param("native_fork", 10000000, signal.SIGKILL, 3, marks=pytest.mark.skipif(
-        not HAVE_CC, reason="no C compiler")),
+    pytest.param("native_fork", 10000000, signal.SIGKILL, 3, marks=needs("cc")),
 ])
 def test_killed_job_leaves_no_process(tmp_path, native_binary_or_none, variant, total, sig,
                                       started):
@@ -204,7 +179,8 @@ def test_killed_job_leaves_no_process(tmp_path, native_binary_or_none, variant, 
 
 @pytest.fixture
 def native_binary_or_none(request) -> str | None:
-    if not HAVE_CC:
+    """The C program for the native variant, None for the Python ones (no compiler needed)."""
+    if "native" not in request.node.callspec.params["variant"]:
         return None
     return request.getfixturevalue("native_binary")
 

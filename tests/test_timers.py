@@ -11,7 +11,6 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 from snakemake.utils import validate
 
 from perfgrid import settings
@@ -19,15 +18,11 @@ from perfgrid.analysis import timers as analysis
 from perfgrid.experiments import get
 from perfgrid.experiments import timers as timers_mod
 
-from conftest import REPO
+from helpers import FULL, SCHEMA
 from synthetic import row, single
 
 EXP = get("timers")
-HAVE_UVLOOP = timers_mod.uvloop_missing() is None
-SCHEMA = str(REPO / "workflow" / "schemas" / "config.schema.yaml")
-FULL = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-LOOPS = ["asyncio", pytest.param("uvloop", marks=pytest.mark.skipif(
-    not HAVE_UVLOOP, reason="uvloop not installed"))]
+LOOPS = ["asyncio", "uvloop"]  # uvloop is a hard dependency: no skip
 
 
 def point(variant="asyncio", seeding="independent", gc_mode="on", tasks=200, rounds=3,
