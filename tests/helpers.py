@@ -6,13 +6,14 @@ chore is done one way; ``conftest.py`` keeps only fixtures and hooks.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -140,7 +141,9 @@ def snakemake(workdir: Path, *args: str, config: Path | None = None,
 CONFIG = {
     "host": "tiny",
     "experiments": ["file_read"],
-    "noise": {"busy_share": 1.0},  # a plumbing test, not a measurement: never wait
+    # a plumbing test, not a measurement: never wait; and a CV threshold every point with
+    # two different values exceeds, so the report's "Flagged points" section is exercised
+    "noise": {"busy_share": 1.0, "cv_threshold": 1e-9},
     "testfile": {"size": "8MiB", "seed": 3},
     "file_read": {
         "variants": ["read", "readinto", "readinto_unaligned", "whole", "pread_parallel", "dd",
@@ -179,10 +182,19 @@ def run(tree: Path, *args: str) -> str:
     return output
 
 
-def edit(path: Path) -> None:
-    """Change a source file's content (Snakemake compares content, not just mtime)."""
-    with open(path, "a") as handle:
-        handle.write("\n# edited by a test\n")
+@contextlib.contextmanager
+def edited(path: Path) -> Iterator[None]:
+    """Change a source file's content for the ``with`` block (Snakemake compares content,
+    not just mtime), then put back its bytes and times: tests sharing one pipeline tree
+    find it as they left it, in any order."""
+    before, times = path.read_bytes(), path.stat()
+    try:
+        with open(path, "a") as handle:
+            handle.write("\n# edited by a test\n")
+        yield
+    finally:
+        path.write_bytes(before)
+        os.utime(path, ns=(times.st_atime_ns, times.st_mtime_ns))
 
 
 def job_counts(output: str) -> dict[str, int]:

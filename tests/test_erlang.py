@@ -11,13 +11,12 @@ import sys
 import numpy as np
 import psutil
 import pytest
-from snakemake.utils import validate
 
 from perfgrid import erlang, httpload, settings
 from perfgrid.aggregate import row_from_result
 from perfgrid.experiments import get
 
-from helpers import FULL, REPO, SCHEMA
+from helpers import FULL, REPO
 
 MISSING = erlang.missing()
 
@@ -203,18 +202,6 @@ def test_full_config_keeps_erlang_to_the_seed_points():
     assert {p["gc"] for p in timers} == {"on"}
     reads = [p for p in settings.grid(cfg, "file_read") if p["variant"] == "erlang_read"]
     assert sorted(p["block_size"] for p in reads) == [1024, 4096, 1048576]
-
-
-@pytest.mark.parametrize("key,value", [("file_read.runtimes", ["java"]),
-                                       ("ring.runtimes", []),
-                                       ("timers.variants", ["erlang_hipe"])])
-def test_schema_rejects_bad_runtimes_and_variants(key, value):
-    config = copy.deepcopy(FULL)
-    section, leaf = key.split(".")
-    config[section][leaf] = value
-    with pytest.raises(Exception) as info:
-        validate(config, SCHEMA)
-    assert leaf in str(info.value) + str(info.value.__cause__ or "")
 
 
 def test_cases_time_the_programs_and_record_the_vm(beams, small_file):

@@ -383,22 +383,6 @@ def test_bare_yaml_keepalive_words_mean_off_and_on():
     assert yaml.safe_load("[off, on]") == [False, True]
 
 
-@pytest.mark.parametrize("key, value, needle", [
-    ("workers", [0], "workers"), ("servers", ["tornado"], "tornado"), ("clients", ["wrk"], "wrk"),
-    ("keepalive", ["maybe"], "maybe"), ("concurrency", [0], "concurrency"),
-    ("requests", 0, "requests"), ("port", 70000, "port"), ("bindings", ["loose"], "loose"),
-    ("timeout_s", 0, "timeout_s"), ("extra_grids", [{"colour": "blue"}], "colour"),
-    ("extra_grids", [{"workers": [0]}], "workers"), ("extra_grids", [{}], "extra_grids"),
-    ("colour", "blue", "colour"), ("database", "a;b", "database"),
-])
-def test_schema_rejects_bad_values_naming_the_key(key, value, needle):
-    config = copy.deepcopy(BASE)
-    config["http"][key] = value
-    with pytest.raises(Exception) as info:
-        validate(config, SCHEMA)
-    assert needle in str(info.value)
-
-
 def test_unavailable_names_the_missing_tool(monkeypatch):
     monkeypatch.setattr(httpserver, "uvloop_missing", lambda: "uvloop cannot be imported")
     assert "uvloop" in EXP.unavailable(point(variant="uvloop"))
