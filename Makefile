@@ -10,7 +10,7 @@ DEBS   ?= fio apache2-utils gcc erlang-nox
 # ... and what the tests use besides: a real browser for the report check.
 TEST_DEBS ?= $(DEBS) chromium
 
-.PHONY: reproduce quick test lint setup system-packages clean
+.PHONY: reproduce quick test bench lint setup system-packages clean
 
 reproduce: setup
 	$(BIN)/snakemake --cores $(CORES)
@@ -18,9 +18,17 @@ reproduce: setup
 quick: setup
 	$(BIN)/snakemake --cores 2 --configfile config/quick.yaml
 
+# In CI (CI=true) a tool of TEST_DEBS that cannot be installed fails here, and a test
+# that skips fails the run (tests/conftest.py): CI passes only if every test ran.
 test: $(VENV)/.installed
 	@bash .ci/system-packages.sh $(TEST_DEBS)
-	$(BIN)/python -m pytest -q -rs
+	$(BIN)/python -m pytest -q -rs $(PYTEST_ARGS)
+
+# Speed facts of the harness (per-call overhead, Erlang spawn rate, how fast a load stops
+# at its deadline), each printed beside its target: benchmark output, not unit tests.
+bench: $(VENV)/.installed
+	@bash .ci/system-packages.sh $(DEBS)
+	$(BIN)/python tests/speed_facts.py
 
 lint: setup
 	$(BIN)/ruff check src tests

@@ -4,8 +4,9 @@
 #   bash .ci/slurm-up.sh     # install (Debian, as root), configure, start, wait for idle
 #   bash .ci/slurm-down.sh   # stop what this script started, by PID
 #
-# Never fails the caller: without root, apt-get or a working daemon it says
-# why and exits 0, and tests/test_slurm.py then skips with its own reason.
+# Outside CI it never fails the caller: without root, apt-get or a working
+# daemon it says why and exits 0, and tests/test_slurm.py then skips with its
+# own reason. In CI (CI=true) each of those exits 1: the SLURM test must run.
 # A machine that already has a working SLURM (sinfo answers) is left alone.
 # Daemons run in the background without systemd; their state, logs and PID
 # files live in $PERFGRID_SLURM_DIR (default /tmp/perfgrid-slurm). slurmctld
@@ -18,6 +19,13 @@ CONF=/etc/slurm/slurm.conf
 MARK="# written by perfgrid .ci/slurm-up.sh"
 DEBS=(munge slurmctld slurmd slurm-client)
 say() { echo "slurm-up: $*" >&2; }
+strict() { case "${CI:-}" in ""|0|false|no) return 1 ;; *) return 0 ;; esac; }
+# Say why there is no SLURM; exit 0, or 1 in CI.
+give_up() {
+    if strict; then say "CI: $* (CI=${CI}: failing)"; exit 1; fi
+    say "$*"
+    exit 0
+}
 
 if [ -f "$STATE/started" ]; then  # ours from an earlier run: start afresh
     bash "$(dirname "$0")/slurm-down.sh"
@@ -27,12 +35,10 @@ if command -v sinfo >/dev/null 2>&1 && timeout 10 sinfo -h >/dev/null 2>&1; then
     exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then
-    say "not root: cannot install or start SLURM; tests/test_slurm.py will skip"
-    exit 0
+    give_up "not root: cannot install or start SLURM; tests/test_slurm.py will skip"
 fi
 if [ -f "$CONF" ] && ! grep -qF "$MARK" "$CONF"; then
-    say "$CONF exists and is not ours; not touching it; tests/test_slurm.py will skip"
-    exit 0
+    give_up "$CONF exists and is not ours; not touching it; tests/test_slurm.py will skip"
 fi
 missing=()
 for cmd in munged slurmctld slurmd sbatch; do
@@ -40,8 +46,7 @@ for cmd in munged slurmctld slurmd sbatch; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
     if ! command -v apt-get >/dev/null 2>&1; then
-        say "no apt-get to install ${DEBS[*]}; tests/test_slurm.py will skip"
-        exit 0
+        give_up "no apt-get to install ${DEBS[*]}; tests/test_slurm.py will skip"
     fi
     say "installing ${DEBS[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -49,8 +54,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     # policy-rc.d-less containers would start the packaged daemons: we start our own.
     if ! RUNLEVEL=1 apt-get install -y -qq --no-install-recommends "${DEBS[@]}" \
             >"/tmp/perfgrid-slurm-apt.log" 2>&1; then
-        say "apt-get install ${DEBS[*]} failed (/tmp/perfgrid-slurm-apt.log); tests will skip"
-        exit 0
+        give_up "apt-get install ${DEBS[*]} failed (/tmp/perfgrid-slurm-apt.log); tests will skip"
     fi
 fi
 
@@ -113,8 +117,7 @@ runuser -u munge -- munged --pid-file="$STATE/munge/munged.pid" \
     --log-file="$STATE/munge/munged.log" 2>"$STATE/log/munged.err" || true
 for _ in $(seq 50); do munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep 0.1; done
 if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
-    say "munged did not start ($STATE/log/munged.err); tests/test_slurm.py will skip"
-    exit 0
+    give_up "munged did not start ($STATE/log/munged.err); tests/test_slurm.py will skip"
 fi
 
 slurmctld -f "$CONF" -i || say "slurmctld failed to start (see $STATE/log/slurmctld.log)"
@@ -127,7 +130,6 @@ for _ in $(seq 60); do
     sleep 1
 done
 if [ "${state:-}" != idle ]; then
-    say "node $host is '${state:-not answering}', not idle after 60 s; logs in $STATE/log"
-    exit 0
+    give_up "node $host is '${state:-not answering}', not idle after 60 s; logs in $STATE/log"
 fi
 say "SLURM up: node $host idle, $cpus CPUs, ${mem_mb} MB (state in $STATE)"

@@ -198,7 +198,7 @@ def test_rounds_run_in_the_planned_order_and_merge_in_the_table(tmp_path):
     from perfgrid import order
     from perfgrid.experiments import get as get_experiment
 
-    from conftest import REPO, snakemake, write_config
+    from helpers import REPO, snakemake, write_config
 
     config = write_config(tmp_path, ROUNDS_CONFIG)
     done = snakemake(tmp_path, "--cores", "2", config=config)

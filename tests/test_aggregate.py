@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pyperf
 import pytest
 
@@ -99,3 +100,39 @@ def test_result_point_is_the_inverse_of_raw_result():
                                                    {k: str(v) for k, v in pt.items()})
     with pytest.raises(ValueError, match="not exactly the axes"):
         LAYOUT.raw_result("file_read", {**pt, "extra": 1}, EXP.axes)
+
+
+def test_a_rows_figures_are_the_arithmetic_of_its_values(tmp_path):
+    """mean, median, stdev and CV over every value; rate = work per loop / mean time; the
+    values kept per process; the interval over processes around the rate."""
+    pt = point("read")
+    path = tmp_path / LAYOUT.raw_result("file_read", pt, EXP.axes)
+    path.parent.mkdir(parents=True)
+    meta = {"name": "x", "loops": 1, "perfgrid_experiment": "file_read",
+            "perfgrid_point": json.dumps(pt, sort_keys=True), "perfgrid_runtime": "python",
+            "perfgrid_work_per_loop": 1000, "perfgrid_noisy": 0}
+    groups = [[0.1, 0.3], [0.2, 0.2], [0.3, 0.5]]
+    pyperf.Benchmark([pyperf.Run(g, metadata=meta, collect_metadata=False)
+                      for g in groups]).dump(str(path))
+    row = aggregate.build_table("file_read", [path]).iloc[0]
+    assert (row["n_values"], row["n_processes"]) == (6, 3)
+    assert row["mean_s"] == pytest.approx(1.6 / 6) and row["median_s"] == pytest.approx(0.25)
+    assert row["stdev_s"] == pytest.approx(0.136626, rel=1e-5)  # sample stdev of the 6 values
+    assert row["cv"] == pytest.approx(0.136626 / (1.6 / 6), rel=1e-5)
+    assert row["rate"] == pytest.approx(1000 / (1.6 / 6))
+    assert json.loads(row["process_values"]) == groups
+    assert row["ci_method"] == "hierarchical bootstrap"
+    assert row["rate_ci_low"] < row["rate"] < row["rate_ci_high"]
+    assert row["ci_rel"] == pytest.approx(
+        (row["rate_ci_high"] - row["rate_ci_low"]) / 2 / row["rate"])
+    assert row["noisy"] == 0 and row["runtime"] == "python"
+
+
+def test_identical_values_give_no_interval_and_say_why(tmp_path):
+    path = write_result(tmp_path, point("read"))
+    run = pyperf.Run([0.01, 0.01], metadata=pyperf.Benchmark.load(str(path)).get_metadata()
+                     | {"loops": 1}, collect_metadata=False)
+    pyperf.Benchmark([run]).dump(str(path), replace=True)
+    row = aggregate.build_table("file_read", [path]).iloc[0]
+    assert row["ci_method"] == "none" and row["ci_reason"] == "all values identical: spread unknown"
+    assert pd.isna(row["rate_ci_low"]) and row["cv"] == 0

@@ -11,7 +11,7 @@ from snakemake.utils import validate
 
 from perfgrid import settings
 
-from conftest import REPO
+from helpers import REPO
 
 SCHEMA = str(REPO / "workflow" / "schemas" / "config.schema.yaml")
 BASE = yaml.safe_load((REPO / "config" / "config.yaml").read_text())

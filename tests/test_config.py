@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import time
 
 import pytest
 import yaml
@@ -11,7 +10,7 @@ from snakemake.utils import validate
 
 from perfgrid import settings
 
-from conftest import REPO, snakemake, write_config
+from helpers import REPO, snakemake, write_config
 
 SCHEMA = str(REPO / "workflow" / "schemas" / "config.schema.yaml")
 #: ~300 bytes of YAML that expand to 2 x 9**7 (9.6 million) values
@@ -29,8 +28,11 @@ BASE = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
 
 
 def check(overrides: dict) -> dict:
+    """The validated config: the full config with ``overrides`` (dotted keys) applied.
+
+    Both are copied, so validation (which fills defaults in) cannot change a test table."""
     config = copy.deepcopy(BASE)
-    for key, value in overrides.items():
+    for key, value in copy.deepcopy(overrides).items():
         node = config
         *parents, leaf = key.split(".")
         for part in parents:
@@ -39,132 +41,312 @@ def check(overrides: dict) -> dict:
     return settings.validated(config, check_disk=False)
 
 
-# (override, text the message must contain: the key or the offending value)
-BAD = [
-    ({"file_read.bindings": ["loose"]}, "bindings"),
-    ({"file_read.bindings": []}, "bindings"),
-    ({"file_read.variants": ["mmap"]}, "variants"),
-    ({"file_read.variants": []}, "variants"),
-    ({"file_read.block_sizes": [0]}, "block_sizes"),
-    ({"file_read.block_sizes": [4096.5]}, "block_sizes"),
-    ({"file_read.block_sizes": ["4K"]}, "block_sizes"),
-    ({"file_read.block_sizes": [-512]}, "block_sizes"),
-    ({"file_read.parallel_block_sizes": [1 << 31]}, "parallel_block_sizes"),
-    ({"file_read.workers": [-1]}, "workers"),
-    ({"file_read.workers": [0]}, "workers"),
-    ({"file_read.workers": [100000]}, "workers"),
-    ({"file_read.workers": [2, 2]}, "workers"),
-    ({"file_read.caches": ["lukewarm"]}, "caches"),
-    ({"file_read.colour": "blue"}, "colour"),
-    ({"file_read.measure": {"values": 0}}, "values"),
-    ({"file_read.measure": {"runs": 3}}, "runs"),
-    ({"measure": {"processes": "two"}}, "processes"),
-    ({"unknown_key": 1}, "unknown_key"),
-    ({"experiments": ["file_read", "teleport"]}, "teleport"),
-    ({"experiments": []}, "experiments"),
-    ({"testfile.size": "1.5GiB"}, "size"),
-    ({"testfile.size": "lots"}, "size"),
-    ({"testfile.size": 0}, "size"),
-    ({"testfile.size": "1 GiBs"}, "size"),
-    ({"testfile.seed": -3}, "seed"),
-    ({"testfile.seed": "abc"}, "seed"),
-    ({"testfile.path": "src/perfgrid/testfile.bin"}, "testfile.path"),
-    ({"testfile.path": "workflow/data.bin"}, "testfile.path"),
-    ({"testfile.path": "a;rm -rf ~"}, "path"),
-    ({"host": "my host"}, "host"),
-    ({"host": "héte"}, "host"),
-    ({"host": "$(reboot)"}, "host"),
-    ({"host": "../escape"}, "host"),
-    ({"noise": {"busy_share": 2}}, "busy_share"),
-    ({"noise": {"cv_threshold": 0}}, "cv_threshold"),
-    # integers given as whole floats pass JSON schema ("2.0 is an integer") and crash later
-    ({"measure.processes": 2.0}, "measure.processes"),
-    ({"file_read.measure": {"values": 3.0}}, "file_read.measure.values"),
-    ({"testfile.seed": 5.0}, "testfile.seed"),
-    ({"testfile.size": 8388608.0}, "testfile.size"),
-    ({"http.port": 8080.0}, "http.port"),
-    ({"http.requests": 1000.0}, "http.requests"),
-    ({"file_read.block_sizes": [4096.0]}, "file_read.block_sizes[0]"),
-    ({"file_read.workers": [1, 2.0]}, "file_read.workers[1]"),
-    ({"timers.tasks": [10.0]}, "timers.tasks[0]"),
-    # NaN passes every bound; infinities pass one-sided ones
-    ({"noise.busy_share": float("nan")}, "noise.busy_share"),
-    ({"noise.cv_threshold": float("nan")}, "noise.cv_threshold"),
-    ({"noise.cv_threshold": float("inf")}, "noise.cv_threshold"),
-    ({"http.timeout_s": float("nan")}, "http.timeout_s"),
-    ({"http.timeout_s": float("inf")}, "http.timeout_s"),
-    ({"timers.progress_s": float("nan")}, "timers.progress_s"),
-    ({"timers.progress_s": float("inf")}, "timers.progress_s"),
-    ({"timers.max_sleep": [float("nan")]}, "timers.max_sleep[0]"),
-    # Python's $ matches before a final newline: results/host\n/ was created
-    ({"host": "tiny\n"}, "host"),
-    ({"results": "results\n"}, "results"),
-    ({"testfile.path": "t.bin\n"}, "testfile.path"),
-    ({"http.database": "db.sqlite\n"}, "http.database"),
-    # below the documented 4,096-byte minimum
-    ({"testfile.size": "1KiB"}, "testfile.size"),
-    ({"testfile.size": "4095"}, "testfile.size"),
-    ({"testfile.size": "4095 B"}, "testfile.size"),
-    # read as an option on a command line
-    ({"results": "-rf"}, "results"),
-    ({"testfile.path": "-x.bin"}, "testfile.path"),
-    ({"http.database": "--db"}, "http.database"),
-    # inside (or holding) the repository's source folders
-    ({"results": str(REPO / "src" / "out")}, "results: "),
-    ({"results": str(REPO / "workflow")}, "results: "),
-    ({"results": str(REPO / ".git")}, "results: "),
-    ({"results": str(REPO / "tests")}, "results: "),
-    ({"results": str(REPO / "config")}, "results: "),
-    ({"results": str(REPO / "profiles" / "x")}, "results: "),
-    ({"results": str(REPO.parent), "host": REPO.name}, "results: "),
-    ({"testfile.path": str(REPO / ".git" / "t.bin")}, "testfile.path"),
-    # a folder the pipeline itself uses under results/
-    ({"host": "archive"}, "host"),
-    ({"host": "compare"}, "host"),
-    # a progress line every nanosecond floods the log
-    ({"timers.progress_s": 1e-9}, "timers.progress_s"),
-    ({"timers.progress_s": 0.1}, "timers.progress_s"),
-    # found only when the grid is expanded, after the schema
-    ({"experiments": ["http"], "http.concurrency": [10], "http.requests": 5},
-     "http.concurrency"),
+#: every config the checks refuse, from every experiment's section: (overrides, the key
+#: the message begins with, what it says is allowed). One table, so each rejection is
+#: asserted the same way: the exact exception type, the key, the allowed values.
+REJECTED = [
+    ({'file_read.bindings': ['loose']},
+     'file_read.bindings[0]', "allowed: one of ['none', 'single', 'compact', 'spread']"),
+    ({'file_read.bindings': []},
+     'file_read.bindings', "allowed: a list of one of ['none', 'single', 'compact', 'spread']"),
+    ({'file_read.variants': ['mmap']},
+     'file_read.variants[0]',
+     "allowed: one of ['read', 'readinto', 'readinto_unaligned', 'whole', '"),
+    ({'file_read.variants': []},
+     'file_read.variants', "allowed: a list of one of ['read', 'readinto', 'readinto_unaligned', "),
+    ({'file_read.block_sizes': [0]},
+     'file_read.block_sizes[0]',
+     'allowed: a whole number without a decimal point >= 1 and <= 107374182'),
+    ({'file_read.block_sizes': [4096.5]},
+     'file_read.block_sizes[0]',
+     'allowed: a whole number without a decimal point >= 1 and <= 107374182'),
+    ({'file_read.block_sizes': ['4K']},
+     'file_read.block_sizes[0]',
+     'allowed: a whole number without a decimal point >= 1 and <= 107374182'),
+    ({'file_read.block_sizes': [-512]},
+     'file_read.block_sizes[0]',
+     'allowed: a whole number without a decimal point >= 1 and <= 107374182'),
+    ({'file_read.parallel_block_sizes': [2147483648]},
+     'file_read.parallel_block_sizes[0]',
+     'allowed: a whole number without a decimal point >= 1 and <= 107374182'),
+    ({'file_read.workers': [-1]},
+     'file_read.workers[0]', 'allowed: a whole number without a decimal point >= 1 and <= 256'),
+    ({'file_read.workers': [0]},
+     'file_read.workers[0]', 'allowed: a whole number without a decimal point >= 1 and <= 256'),
+    ({'file_read.workers': [100000]},
+     'file_read.workers[0]', 'allowed: a whole number without a decimal point >= 1 and <= 256'),
+    ({'file_read.workers': [2, 2]},
+     'file_read.workers', 'allowed: a list of a whole number without a decimal point >= 1 and <='),
+    ({'file_read.caches': ['lukewarm']},
+     'file_read.caches[0]', "allowed: one of ['warm', 'cold']"),
+    ({'file_read.colour': 'blue'},
+     'file_read', "allowed keys: ['bindings', 'block_sizes', 'caches', 'erlang', 'measure', '"),
+    ({'file_read.measure': {'values': 0}},
+     'file_read.measure.values',
+     'allowed: a whole number without a decimal point >= 1 and <= 1000'),
+    ({'file_read.measure': {'runs': 3}},
+     'file_read.measure', "allowed keys: ['claims', 'loops', 'processes', 'values', 'warmups']"),
+    ({'measure': {'processes': 'two'}},
+     'measure.processes', 'allowed: a whole number without a decimal point >= 1 and <= 100'),
+    ({'unknown_key': 1},
+     'config', "allowed keys: ['experiments', 'file_read', 'host', 'http', 'measure', 'noi"),
+    ({'experiments': ['file_read', 'teleport']},
+     'experiments[1]', "allowed: one of ['spawn', 'file_read', 'syscall', 'timers', 'ring', '"),
+    ({'experiments': []},
+     'experiments', "allowed: a list of one of ['spawn', 'file_read', 'syscall', 'timers',"),
+    ({'testfile.size': '1.5GiB'},
+     'testfile.size', 'allowed: a whole number without a decimal point >= 4096 or a string m'),
+    ({'testfile.size': 'lots'},
+     'testfile.size', 'allowed: a whole number without a decimal point >= 4096 or a string m'),
+    ({'testfile.size': 0},
+     'testfile.size', 'allowed: a whole number without a decimal point >= 4096 or a string m'),
+    ({'testfile.size': '1 GiBs'},
+     'testfile.size', 'allowed: a whole number without a decimal point >= 4096 or a string m'),
+    ({'testfile.seed': -3},
+     'testfile.seed', 'allowed: a whole number without a decimal point >= 0 or null (integer'),
+    ({'testfile.seed': 'abc'},
+     'testfile.seed', 'allowed: a whole number without a decimal point >= 0 or null (integer'),
+    ({'testfile.path': 'src/perfgrid/testfile.bin'},
+     'testfile.path', 'put generated data under results/ or outside the repository'),
+    ({'testfile.path': 'workflow/data.bin'},
+     'testfile.path', 'put generated data under results/ or outside the repository'),
+    ({'testfile.path': 'a;rm -rf ~'},
+     'testfile.path', 'allowed: a string matching ^[A-Za-z0-9_./][A-Za-z0-9_./-]*$ or null ('),
+    ({'host': 'my host'},
+     'host', 'allowed: a string matching ^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$ or null '),
+    ({'host': 'héte'},
+     'host', 'allowed: a string matching ^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$ or null '),
+    ({'host': '$(reboot)'},
+     'host', 'allowed: a string matching ^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$ or null '),
+    ({'host': '../escape'},
+     'host', 'allowed: a string matching ^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$ or null '),
+    ({'noise': {'busy_share': 2}},
+     'noise.busy_share', 'allowed: a finite number >= 0 and <= 1 (flag a point if other process'),
+    ({'noise': {'cv_threshold': 0}},
+     'noise.cv_threshold', 'allowed: a finite number > 0 (flag a point whose coefficient of varia'),
+    ({'measure.processes': 2.0},
+     'measure.processes', 'allowed: a whole number without a decimal point >= 1 and <= 100'),
+    ({'file_read.measure': {'values': 3.0}},
+     'file_read.measure.values',
+     'allowed: a whole number without a decimal point >= 1 and <= 1000'),
+    ({'testfile.seed': 5.0},
+     'testfile.seed', 'allowed: a whole number without a decimal point >= 0 or null (integer'),
+    ({'testfile.size': 8388608.0},
+     'testfile.size', 'allowed: a whole number without a decimal point >= 4096 or a string m'),
+    ({'http.port': 8080.0},
+     'http.port', 'allowed: a whole number without a decimal point >= 0 and <= 65535 (TC'),
+    ({'http.requests': 1000.0},
+     'http.requests', 'allowed: a whole number without a decimal point >= 1 and <= 100000000'),
+    ({'file_read.block_sizes': [4096.0]},
+     'file_read.block_sizes[0]',
+     'allowed: a whole number without a decimal point >= 1 and <= 107374182'),
+    ({'file_read.workers': [1, 2.0]},
+     'file_read.workers[1]', 'allowed: a whole number without a decimal point >= 1 and <= 256'),
+    ({'timers.tasks': [10.0]},
+     'timers.tasks[0]', 'allowed: a whole number without a decimal point >= 1 and <= 1000000'),
+    ({'noise.busy_share': float("nan")},
+     'noise.busy_share', 'allowed: a finite number >= 0 and <= 1 (flag a point if other process'),
+    ({'noise.cv_threshold': float("nan")},
+     'noise.cv_threshold', 'allowed: a finite number > 0 (flag a point whose coefficient of varia'),
+    ({'noise.cv_threshold': float("inf")},
+     'noise.cv_threshold', 'allowed: a finite number > 0 (flag a point whose coefficient of varia'),
+    ({'http.timeout_s': float("nan")},
+     'http.timeout_s', 'allowed: a finite number > 0 and <= 86400 (seconds one load may take;'),
+    ({'http.timeout_s': float("inf")},
+     'http.timeout_s', 'allowed: a finite number > 0 and <= 86400 (seconds one load may take;'),
+    ({'timers.progress_s': float("nan")},
+     'timers.progress_s', 'allowed: a finite number >= 0.5 and <= 86400 (seconds between progres'),
+    ({'timers.progress_s': float("inf")},
+     'timers.progress_s', 'allowed: a finite number >= 0.5 and <= 86400 (seconds between progres'),
+    ({'timers.max_sleep': [float("nan")]},
+     'timers.max_sleep[0]', 'allowed: a finite number >= 0.001 and <= 60'),
+    ({'host': 'tiny\n'},
+     'host', 'allowed: a string matching ^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$ or null '),
+    ({'results': 'results\n'},
+     'results', 'allowed: a string matching ^[A-Za-z0-9_./][A-Za-z0-9_./-]*$ (folder h'),
+    ({'testfile.path': 't.bin\n'},
+     'testfile.path', 'allowed: a string matching ^[A-Za-z0-9_./][A-Za-z0-9_./-]*$ or null ('),
+    ({'http.database': 'db.sqlite\n'},
+     'http.database', 'allowed: a string matching ^[A-Za-z0-9_./][A-Za-z0-9_./-]*$ or null ('),
+    ({'testfile.size': '1KiB'},
+     'testfile.size', 'allowed: at least 4,096 bytes (4KiB)'),
+    ({'testfile.size': '4095'},
+     'testfile.size', 'allowed: at least 4,096 bytes (4KiB)'),
+    ({'testfile.size': '4095 B'},
+     'testfile.size', 'allowed: at least 4,096 bytes (4KiB)'),
+    ({'results': '-rf'},
+     'results', 'allowed: a string matching ^[A-Za-z0-9_./][A-Za-z0-9_./-]*$ (folder h'),
+    ({'testfile.path': '-x.bin'},
+     'testfile.path', 'allowed: a string matching ^[A-Za-z0-9_./][A-Za-z0-9_./-]*$ or null ('),
+    ({'http.database': '--db'},
+     'http.database', 'allowed: a string matching ^[A-Za-z0-9_./][A-Za-z0-9_./-]*$ or null ('),
+    ({'results': str(REPO / 'src' / 'out')},
+     'results', 'put generated data under results/ or outside the repository'),
+    ({'results': str(REPO / 'workflow')},
+     'results', 'put generated data under results/ or outside the repository'),
+    ({'results': str(REPO / '.git')},
+     'results', 'put generated data under results/ or outside the repository'),
+    ({'results': str(REPO / 'tests')},
+     'results', 'put generated data under results/ or outside the repository'),
+    ({'results': str(REPO / 'config')},
+     'results', 'put generated data under results/ or outside the repository'),
+    ({'results': str(REPO / 'profiles' / 'x')},
+     'results', 'put generated data under results/ or outside the repository'),
+    ({'results': str(REPO.parent), 'host': REPO.name},
+     'results', 'put generated data under results/ or outside the repository'),
+    ({'testfile.path': str(REPO / '.git' / 't.bin')},
+     'testfile.path', 'put generated data under results/ or outside the repository'),
+    ({'host': 'archive'},
+     'host', '(archive, compare); choose another name'),
+    ({'host': 'compare'},
+     'host', '(archive, compare); choose another name'),
+    ({'timers.progress_s': 1e-09},
+     'timers.progress_s', 'allowed: a finite number >= 0.5 and <= 86400 (seconds between progres'),
+    ({'timers.progress_s': 0.1},
+     'timers.progress_s', 'allowed: a finite number >= 0.5 and <= 86400 (seconds between progres'),
+    ({'experiments': ['http'], 'http.concurrency': [10], 'http.requests': 5},
+     'http.concurrency', 'above requests (5); ab refuses a concurrency above its request count'),
+    ({'ring.workers': [1]},
+     'ring.workers[0]', 'allowed: a whole number without a decimal point >= 2 and <= 256'),
+    ({'ring.workers': []},
+     'ring.workers', 'allowed: a list of a whole number without a decimal point >= 2 and <='),
+    ({'ring.bindings': ['loose']},
+     'ring.bindings[0]', "allowed: one of ['none', 'single', 'compact', 'spread']"),
+    ({'ring.variants': ['mpi']},
+     'ring.variants[0]', "allowed: one of ['asyncio', 'uvloop', 'thread', 'process_pipe', 'nati"),
+    ({'ring.rings': 0},
+     'ring.rings', 'allowed: a whole number without a decimal point >= 1 and <= 100000 (r'),
+    ({'ring.size': 1},
+     'ring.size', 'allowed: a whole number without a decimal point >= 2 and <= 100000 (t'),
+    ({'ring.rounds': 2.5},
+     'ring.rounds', 'allowed: a whole number without a decimal point >= 1 and <= 1000000 ('),
+    ({'ring.worker_rounds': 0},
+     'ring.worker_rounds', 'allowed: a whole number without a decimal point >= 1 and <= 100000000'),
+    ({'ring.measure': {'warmups': -1}},
+     'ring.measure.warmups', 'allowed: a whole number without a decimal point >= 0 and <= 100'),
+    ({'ring.processes': 4},
+     'ring', "allowed keys: ['bindings', 'erlang', 'measure', 'rings', 'rounds', 'runtim"),
+    ({'spawn.totals': {'fork': 0}},
+     'spawn.totals.fork', 'allowed: a whole number without a decimal point >= 1 and <= 100000000'),
+    ({'spawn.totals': {'fork': -5}},
+     'spawn.totals.fork', 'allowed: a whole number without a decimal point >= 1 and <= 100000000'),
+    ({'spawn.totals': {'clone': 5}},
+     'spawn.totals', "allowed keys: ['asyncio_task', 'erlang', 'fork', 'mp_fork', 'native_fork',"),
+    ({'spawn.primitives': ['vfork']},
+     'spawn.primitives[0]',
+     "allowed: one of ['asyncio_task', 'thread', 'fork', 'mp_fork', 'posix_"),
+    ({'spawn.primitives': []},
+     'spawn.primitives', "allowed: a list of one of ['asyncio_task', 'thread', 'fork', 'mp_fork"),
+    ({'spawn.chains': [0]},
+     'spawn.chains[0]', 'allowed: a whole number without a decimal point >= 1 and <= 10000'),
+    ({'spawn.chains': [1.5]},
+     'spawn.chains[0]', 'allowed: a whole number without a decimal point >= 1 and <= 10000'),
+    ({'spawn.bindings': ['loose']},
+     'spawn.bindings[0]', "allowed: one of ['none', 'single', 'compact', 'spread']"),
+    ({'spawn.measure': {'values': 0}},
+     'spawn.measure.values', 'allowed: a whole number without a decimal point >= 1 and <= 1000'),
+    ({'syscall.workers': [0]},
+     'syscall.workers[0]', 'allowed: a whole number without a decimal point >= 1 and <= 256'),
+    ({'syscall.workers': [-2]},
+     'syscall.workers[0]', 'allowed: a whole number without a decimal point >= 1 and <= 256'),
+    ({'syscall.workers': []},
+     'syscall.workers', 'allowed: a list of a whole number without a decimal point >= 1 and <='),
+    ({'syscall.calls': ['getpid']},
+     'syscall.calls[0]', "allowed: one of ['getuid', 'getppid', 'clock_gettime']"),
+    ({'syscall.calls': []},
+     'syscall.calls', "allowed: a list of one of ['getuid', 'getppid', 'clock_gettime'] (get"),
+    ({'syscall.variants': ['java']},
+     'syscall.variants[0]', "allowed: one of ['python', 'native', 'erlang']"),
+    ({'syscall.bindings': ['loose']},
+     'syscall.bindings[0]', "allowed: one of ['none', 'single', 'compact', 'spread']"),
+    ({'syscall.measure': {'loops': 0}},
+     'syscall.measure.loops',
+     'allowed: a whole number without a decimal point >= 1 or null (loops p'),
+    ({'syscall.colour': 'blue'},
+     'syscall', "allowed keys: ['bindings', 'calls', 'measure', 'runtimes', 'variants', 'wo"),
+    ({'timers.gc': ['maybe']},
+     'timers.gc[0]', "allowed: one of ['on', 'off', True, False]"),
+    ({'timers.variants': ['trio']},
+     'timers.variants[0]', "allowed: one of ['asyncio', 'uvloop', 'erlang', 'erlang_smp']"),
+    ({'timers.variants': []},
+     'timers.variants', "allowed: a list of one of ['asyncio', 'uvloop', 'erlang', 'erlang_smp"),
+    ({'timers.seeding': ['shared']},
+     'timers.seeding[0]', "allowed: one of ['independent', 'identical']"),
+    ({'timers.tasks': [0]},
+     'timers.tasks[0]', 'allowed: a whole number without a decimal point >= 1 and <= 1000000'),
+    ({'timers.tasks': [5000000]},
+     'timers.tasks[0]', 'allowed: a whole number without a decimal point >= 1 and <= 1000000'),
+    ({'timers.rounds': [1.5]},
+     'timers.rounds[0]', 'allowed: a whole number without a decimal point >= 1 and <= 1000'),
+    ({'timers.max_sleep': [0]},
+     'timers.max_sleep[0]', 'allowed: a finite number >= 0.001 and <= 60'),
+    ({'timers.max_sleep': ['10s']},
+     'timers.max_sleep[0]', 'allowed: a finite number >= 0.001 and <= 60'),
+    ({'timers.extra_grids': [{}]},
+     'timers.extra_grids[0]',
+     "allowed: a mapping of ['gc', 'max_sleep', 'rounds', 'seeding', 'tasks"),
+    ({'timers.extra_grids': [{'colour': ['blue']}]},
+     'timers.extra_grids[0]',
+     "allowed keys: ['gc', 'max_sleep', 'rounds', 'seeding', 'tasks', 'variants'"),
+    ({'timers.extra_grids': [{'tasks': [-1]}]},
+     'timers.extra_grids[0].tasks[0]',
+     'allowed: a whole number without a decimal point >= 1 and <= 1000000'),
+    ({'timers.measure': {'values': 0}},
+     'timers.measure.values', 'allowed: a whole number without a decimal point >= 1 and <= 1000'),
+    ({'timers.progress_s': 0},
+     'timers.progress_s', 'allowed: a finite number >= 0.5 and <= 86400 (seconds between progres'),
+    ({'timers.loops': ['asyncio']},
+     'timers', "allowed keys: ['extra_grids', 'gc', 'max_sleep', 'measure', 'progress_s', "),
+    ({'http.workers': [0]},
+     'http.workers[0]', 'allowed: a whole number without a decimal point >= 1 and <= 256'),
+    ({'http.servers': ['tornado']},
+     'http.servers[0]', "allowed: one of ['asyncio', 'uvloop', 'erlang']"),
+    ({'http.clients': ['wrk']},
+     'http.clients[0]', "allowed: one of ['ab', 'builtin']"),
+    ({'http.keepalive': ['maybe']},
+     'http.keepalive[0]', "allowed: one of ['off', 'on', False, True]"),
+    ({'http.concurrency': [0]},
+     'http.concurrency[0]', 'allowed: a whole number without a decimal point >= 1 and <= 10000'),
+    ({'http.requests': 0},
+     'http.requests', 'allowed: a whole number without a decimal point >= 1 and <= 100000000'),
+    ({'http.port': 70000},
+     'http.port', 'allowed: a whole number without a decimal point >= 0 and <= 65535 (TC'),
+    ({'http.bindings': ['loose']},
+     'http.bindings[0]', "allowed: one of ['none', 'single', 'compact', 'spread']"),
+    ({'http.timeout_s': 0},
+     'http.timeout_s', 'allowed: a finite number > 0 and <= 86400 (seconds one load may take;'),
+    ({'http.extra_grids': [{'colour': 'blue'}]},
+     'http.extra_grids[0]',
+     "allowed keys: ['bindings', 'clients', 'concurrency', 'keepalive', 'request"),
+    ({'http.extra_grids': [{'workers': [0]}]},
+     'http.extra_grids[0].workers[0]',
+     'allowed: a whole number without a decimal point >= 1 and <= 256'),
+    ({'http.extra_grids': [{}]},
+     'http.extra_grids[0]',
+     "allowed: a mapping of ['bindings', 'clients', 'concurrency', 'keepali"),
+    ({'http.colour': 'blue'},
+     'http', "allowed keys: ['bindings', 'clients', 'concurrency', 'database', 'extra_gr"),
+    ({'http.database': 'a;b'},
+     'http.database', 'allowed: a string matching ^[A-Za-z0-9_./][A-Za-z0-9_./-]*$ or null ('),
+    ({'file_read.runtimes': ['java']},
+     'file_read.runtimes[0]', "allowed: one of ['python', 'native', 'erlang']"),
+    ({'ring.runtimes': []},
+     'ring.runtimes', "allowed: a list of one of ['python', 'native', 'erlang'] (which runti"),
+    ({'timers.variants': ['erlang_hipe']},
+     'timers.variants[0]', "allowed: one of ['asyncio', 'uvloop', 'erlang', 'erlang_smp']"),
 ]
 
 
-@pytest.mark.parametrize("overrides, needle", BAD, ids=[str(o) for o, _ in BAD])
-def test_bad_config_is_rejected_naming_the_key(overrides, needle):
-    with pytest.raises(Exception) as info:
+@pytest.mark.parametrize("overrides, key, allowed", REJECTED,
+                         ids=[f"{o}"[:60] for o, _, _ in REJECTED])
+def test_bad_config_is_rejected_naming_the_key_and_what_is_allowed(overrides, key, allowed):
+    with pytest.raises(settings.ConfigError) as info:
         check(overrides)
-    text = str(info.value)
-    if info.value.__cause__ is not None:
-        text += str(info.value.__cause__)
-    for arg in getattr(info.value, "args", ()):
-        text += str(arg)
-    assert needle in text
-    assert len(text) < 3 * settings.MAX_MESSAGE
-
-
-#: what the message says is allowed, for the new classes of bad input
-ALLOWED = [
-    ({"http.port": 8080.0}, "write a whole number (8080)"),
-    ({"http.port": 8080.0}, ">= 0 and <= 65535"),
-    ({"noise.busy_share": float("nan")}, "nan is not a finite number"),
-    ({"noise.busy_share": float("nan")}, "a finite number >= 0 and <= 1"),
-    ({"timers.progress_s": 1e-9}, ">= 0.5"),
-    ({"host": "tiny\n"}, "as a whole"),
-    ({"host": "tiny\n"}, "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"),
-    ({"host": "archive"}, "archive, compare"),
-    ({"testfile.size": "1KiB"}, "at least 4,096 bytes"),
-    ({"results": "-rf"}, "not beginning with '-'"),
-    ({"file_read.bindings": ["loose"]}, "['none', 'single', 'compact', 'spread']"),
-]
-
-
-@pytest.mark.parametrize("overrides, allowed", ALLOWED, ids=[a for _, a in ALLOWED])
-def test_errors_say_what_is_allowed(overrides, allowed):
-    with pytest.raises(Exception) as info:
-        check(overrides)
-    text = str(info.value) + "".join(str(a) for a in getattr(info.value, "args", ()))
-    assert allowed in text
+    assert type(info.value) is settings.ConfigError
+    message = str(info.value)
+    assert message.startswith(f"{key}: "), message
+    assert allowed in message, message
+    assert len(message) <= settings.MAX_MESSAGE + 100
 
 
 def test_alias_bomb_fails_fast_with_a_short_message():
@@ -232,15 +414,12 @@ CLI_BAD = [
 def test_cli_gives_one_short_message_and_writes_nothing(tmp_path, text, needle):
     config = tmp_path / "bad.yaml"
     config.write_text(text)
-    started = time.perf_counter()
     result = snakemake(tmp_path, "--cores", "1", config=config, timeout=120)
-    elapsed = time.perf_counter() - started
     out = result.stdout + result.stderr
     assert result.returncode != 0
     assert f"invalid config: {needle}" in out, out[-3000:]
     assert len(out) < 4 * settings.MAX_MESSAGE, out[-3000:]
     assert "Traceback" not in out and "settings.py" not in out and "http.py" not in out
-    assert elapsed < 60
     assert sorted(p.name for p in tmp_path.iterdir()) == [".snakemake", "bad.yaml"]
 
 

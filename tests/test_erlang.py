@@ -11,18 +11,14 @@ import sys
 import numpy as np
 import psutil
 import pytest
-import yaml
-from snakemake.utils import validate
 
 from perfgrid import erlang, httpload, settings
 from perfgrid.aggregate import row_from_result
 from perfgrid.experiments import get
 
-from conftest import REPO
+from helpers import FULL, REPO
 
 MISSING = erlang.missing()
-SCHEMA = str(REPO / "workflow" / "schemas" / "config.schema.yaml")
-FULL = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +54,7 @@ def test_file_read_program_reads_the_whole_file(beams, small_file, mode, workers
     report = run("pg_file_read", {"path": small_file, "mode": mode, "block_size": 65536,
                                   "workers": workers}, beams)
     assert report["bytes"] == report["file_size"] == size
-    assert 0 < report["seconds"] < 5
+    assert report["seconds"] > 0
     assert report["otp_release"] and report["schedulers"] >= 1
 
 
@@ -68,7 +64,7 @@ def test_timers_program_sleeps_the_given_draws(beams, tmp_path):
     report = run("pg_timers", {"draws": path, "tasks": 40, "rounds": 3, "shared": 0}, beams)
     assert report["events"] == 120
     assert report["ideal_s"] == pytest.approx(0.023)
-    assert report["ideal_s"] <= report["seconds"] < 2
+    assert report["seconds"] >= report["ideal_s"]  # never done before its longest sleeps
     assert 0 <= report["late_mean_ms"] <= report["late_max_ms"]
     assert report["late_p99_ms"] <= report["late_max_ms"] + 1.0
     assert report["early"] == 0  # an Erlang timer never fires before its time
@@ -96,7 +92,7 @@ def test_ring_program_passes_every_message(beams):
 def test_spawn_program_counts_every_spawn_and_takes_the_binding(beams, bind, sbt):
     report = run("pg_spawn", {"total": 2000, "chains": 3}, beams, bind, schedulers=2)
     assert report["spawns"] == 2000 and report["chains"] == 3
-    assert 2000 / report["seconds"] > 10_000  # spawns/s: far below any real VM
+    assert report["seconds"] > 0  # the spawn rate is a benchmark fact: make bench
     assert report["schedulers"] == 2
     assert erlang.vm_for(bind, 2).flags == ["+S", "2:2", "+sbt", sbt]
 
@@ -206,18 +202,6 @@ def test_full_config_keeps_erlang_to_the_seed_points():
     assert {p["gc"] for p in timers} == {"on"}
     reads = [p for p in settings.grid(cfg, "file_read") if p["variant"] == "erlang_read"]
     assert sorted(p["block_size"] for p in reads) == [1024, 4096, 1048576]
-
-
-@pytest.mark.parametrize("key,value", [("file_read.runtimes", ["java"]),
-                                       ("ring.runtimes", []),
-                                       ("timers.variants", ["erlang_hipe"])])
-def test_schema_rejects_bad_runtimes_and_variants(key, value):
-    config = copy.deepcopy(FULL)
-    section, leaf = key.split(".")
-    config[section][leaf] = value
-    with pytest.raises(Exception) as info:
-        validate(config, SCHEMA)
-    assert leaf in str(info.value) + str(info.value.__cause__ or "")
 
 
 def test_cases_time_the_programs_and_record_the_vm(beams, small_file):

@@ -25,13 +25,11 @@ from perfgrid.analysis import http as analysis
 from perfgrid.experiments import get
 from perfgrid.experiments.http import CorrectnessError, check_load
 
-from conftest import REPO
-from processes import gone
+from helpers import REPO, gone, needs
 from synthetic import row, single
 
 EXP = get("http")
-HAVE_AB = httpload.missing_ab() is None
-HAVE_UVLOOP = httpserver.uvloop_missing() is None
+CLIENTS = ["builtin", pytest.param("ab", marks=needs("ab"))]
 SCHEMA = str(REPO / "workflow" / "schemas" / "config.schema.yaml")
 
 
@@ -111,7 +109,7 @@ def test_builtin_load_every_value_once(db, keepalive):
     assert result.latency_p50_ms <= result.latency_p99_ms
 
 
-@pytest.mark.skipif(not HAVE_AB, reason="ab not installed (Debian package apache2-utils)")
+@needs("ab")
 @pytest.mark.parametrize("keepalive", [False, True])
 def test_ab_load_counter_matches_completed(db, keepalive):
     with httpserver.ServerGroup("asyncio", db, binding.plan("none", 2)) as group:
@@ -124,7 +122,6 @@ def test_ab_load_counter_matches_completed(db, keepalive):
     check_load(result, counter)
 
 
-@pytest.mark.skipif(not HAVE_UVLOOP, reason="uvloop not installed")
 def test_uvloop_server_serves(db):
     with httpserver.ServerGroup("uvloop", db, binding.plan("none", 1)) as group:
         result = httpload.run_builtin(group.port, 100, 4, True, deadline_s=30)
@@ -193,12 +190,10 @@ def test_any_failed_request_fails_the_load_with_the_numbers():
         check_load(result(3997, non2xx=3), 3997)
 
 
-@pytest.mark.parametrize("client", ["builtin", "ab"])
+@pytest.mark.parametrize("client", CLIENTS)
 def test_killing_the_only_server_worker_mid_load_fails_the_point(tmp_path, client):
     """Kill the one worker early in a 4,000-request load: the case raises with the numbers,
     so no rate is recorded for it (a rate counts only loads whose every request succeeded)."""
-    if client == "ab" and not HAVE_AB:
-        pytest.skip("ab not installed (Debian package apache2-utils)")
     database = tmp_path / "k.sqlite"
     before = descendants()
     case = EXP.prepare(point(client=client, workers=1, concurrency=4),
@@ -276,10 +271,8 @@ case.time(1)
 """
 
 
-@pytest.mark.parametrize("client", ["builtin", "ab"])
+@pytest.mark.parametrize("client", CLIENTS)
 def test_sigkill_of_the_job_kills_servers_and_load(tmp_path, client):
-    if client == "ab" and not HAVE_AB:
-        pytest.skip("ab not installed")
     job = subprocess.Popen([sys.executable, "-c", _JOB, str(tmp_path / "k.sqlite"), client])
     pids: list[int] = []
     try:
@@ -388,22 +381,6 @@ def test_bare_yaml_keepalive_words_mean_off_and_on():
                "bindings": ["none"], "workers": [1], "concurrency": [1], "requests": 10}
     assert sorted(p["keepalive"] for p in EXP.points(section, {})) == ["off", "on"]
     assert yaml.safe_load("[off, on]") == [False, True]
-
-
-@pytest.mark.parametrize("key, value, needle", [
-    ("workers", [0], "workers"), ("servers", ["tornado"], "tornado"), ("clients", ["wrk"], "wrk"),
-    ("keepalive", ["maybe"], "maybe"), ("concurrency", [0], "concurrency"),
-    ("requests", 0, "requests"), ("port", 70000, "port"), ("bindings", ["loose"], "loose"),
-    ("timeout_s", 0, "timeout_s"), ("extra_grids", [{"colour": "blue"}], "colour"),
-    ("extra_grids", [{"workers": [0]}], "workers"), ("extra_grids", [{}], "extra_grids"),
-    ("colour", "blue", "colour"), ("database", "a;b", "database"),
-])
-def test_schema_rejects_bad_values_naming_the_key(key, value, needle):
-    config = copy.deepcopy(BASE)
-    config["http"][key] = value
-    with pytest.raises(Exception) as info:
-        validate(config, SCHEMA)
-    assert needle in str(info.value)
 
 
 def test_unavailable_names_the_missing_tool(monkeypatch):
@@ -582,13 +559,18 @@ def test_plots_and_notes_are_written(tmp_path):
 
 
 def test_a_load_stops_at_its_deadline(db):
+    """The builtin client stops at its deadline with requests unanswered (how long the stop
+    takes is a benchmark fact: ``make bench``)."""
     with httpserver.ServerGroup("asyncio", db, binding.plan("none", 1)) as group:
-        started = time.monotonic()
         result = httpload.run_builtin(group.port, 10_000_000, 4, True, deadline_s=0.3)
-        assert time.monotonic() - started < 3
-        if HAVE_AB:
-            capped = httpload.run_ab(group.port, 10_000_000, 4, True, deadline_s=1)
-            assert capped.timed_out and capped.completed < capped.requests
     assert result.timed_out and result.unanswered > 0
+    assert result.ok < result.requests
     with pytest.raises(CorrectnessError, match="deadline"):
         check_load(result, httpserver.read_counter(db))
+
+
+@needs("ab")
+def test_an_ab_load_stops_at_its_deadline(db):
+    with httpserver.ServerGroup("asyncio", db, binding.plan("none", 1)) as group:
+        capped = httpload.run_ab(group.port, 10_000_000, 4, True, deadline_s=1)
+    assert capped.timed_out and capped.completed < capped.requests

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -24,8 +23,7 @@ import pytest
 
 from perfgrid import lifetime
 
-from conftest import REPO
-from processes import still_alive_after
+from helpers import REPO, need, still_alive_after
 
 SRC = REPO / "src" / "perfgrid"
 GONE_WITHIN_S = 10.0
@@ -83,12 +81,6 @@ def kill_job_and_check(script: str, names: tuple[str, ...], tmp_path, *args: str
             with contextlib.suppress(psutil.NoSuchProcess):
                 proc.kill()
         job.stderr.close()
-
-
-def need(*tools: str) -> None:
-    missing = [tool for tool in tools if not shutil.which(tool)]
-    if missing:
-        pytest.skip(f"{', '.join(missing)} not found on PATH")
 
 
 # --- the launcher ---------------------------------------------------------------------

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pandas as pd
 import pyperf
@@ -13,7 +12,7 @@ import yaml
 from perfgrid import experiments, settings
 from perfgrid.analysis import VERDICTS
 
-from conftest import CONFIG, REPO, SNAKEMAKE, edit, job_counts, run
+from helpers import CONFIG, REPO, SNAKEMAKE, edited, job_counts, run
 
 pytestmark = pytest.mark.pipeline
 
@@ -53,8 +52,14 @@ def test_every_grid_point_reaches_the_table_and_report(tree):
     claim_rows = [line for line in claims_section.splitlines() if line.startswith("| file_read |")]
     assert len(claim_rows) == 5
     assert all(any(f"| {v} |" in line for v in VERDICTS) for line in claim_rows)
-    # every claim's data is in the grid: each shows an interval, none lacks its rows
-    assert all(" [" in line and "no warm" not in line for line in claim_rows), claim_rows
+    # every claim's data is in the grid: each is judged on an interval, none lacks its rows
+    assert all(" [" in line and "no warm" not in line and "no interval" not in line
+               for line in claim_rows), claim_rows
+    assert all(("| interval " in line) and ("straddles" in line or "wholly" in line)
+               for line in claim_rows), claim_rows
+    # every point with two different values is above the config's tiny CV threshold
+    flagged = md.split("### Flagged points", 1)[1].split("\n#", 1)[0]
+    assert flagged.count("CV above 0%") == (table["cv"] > 1e-9).sum() > 0
     assert "Verdicts: " in md and "claims.png" in md
     assert html.count("data:image/png;base64,") == 3  # the claims figure and two plots
     assert "http://" not in html and "https://" not in html
@@ -82,26 +87,23 @@ def test_no_two_benchmark_jobs_overlapped(tree):
 
 
 def test_up_to_date_dry_run_plans_nothing(tree):
-    started = time.perf_counter()
     output = run(tree, "-n")
-    elapsed = time.perf_counter() - started
     assert "Nothing to be done" in output
-    print(f"up-to-date dry run: {elapsed:.2f} s")
 
 
 def test_editing_the_workload_reruns_its_jobs_and_what_derives(tree):
     points = len(settings.split_grid(effective(), "file_read")[0])
-    edit(tree / "src/perfgrid/experiments/file_read.py")
-    counts = job_counts(run(tree, "-n"))
+    with edited(tree / "src/perfgrid/experiments/file_read.py"):
+        counts = job_counts(run(tree, "-n"))
     # the test file and its temp() ready note are removed after the run: made again first
     assert counts == {"testfile": 1, "file_read": points, "table": 1, "plots": 1, "report": 1,
                       "all": 1}
+    assert "Nothing to be done" in run(tree, "-n")  # the edit undone, the tree as it was
 
 
 def test_editing_a_plot_reruns_only_plots_and_report(tree):
-    run(tree, "--cores", "2", "--touch")  # bring everything up to date again
-    edit(tree / "src/perfgrid/analysis/file_read.py")
-    counts = job_counts(run(tree, "-n"))
+    with edited(tree / "src/perfgrid/analysis/file_read.py"):
+        counts = job_counts(run(tree, "-n"))
     assert counts == {"plots": 1, "report": 1, "all": 1}
 
 

@@ -18,7 +18,7 @@ import yaml
 
 from perfgrid import atomic, noise
 
-from conftest import REPO, SNAKEMAKE, write_config
+from helpers import REPO, SNAKEMAKE, write_config
 
 pytestmark = pytest.mark.pipeline
 
@@ -236,6 +236,7 @@ def test_missing_tool_rows_are_skipped_with_the_reason(workdir, tmp_path, missin
 
 
 def test_busy_machine_is_waited_for_then_flagged():
+    """One hog per CPU this test may use: the share counts those CPUs only."""
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
             for _ in range(len(os.sched_getaffinity(0)))]
     try:
@@ -247,3 +248,11 @@ def test_busy_machine_is_waited_for_then_flagged():
             hog.wait()
     assert seen["perfgrid_busy_checks"] == 2
     assert seen["perfgrid_noisy"] == 1 and seen["perfgrid_busy_share"] > 0.25
+
+
+def test_busy_share_counts_only_the_allowed_cpus(monkeypatch):
+    """A CPU outside this process's affinity, however busy, does not make it busy."""
+    monkeypatch.setattr(noise.psutil, "cpu_percent",
+                        lambda interval, percpu: [100.0, 10.0, 30.0, 100.0])
+    monkeypatch.setattr(noise.os, "sched_getaffinity", lambda pid: {1, 2})
+    assert noise.busy_share(0) == pytest.approx(0.2)

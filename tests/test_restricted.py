@@ -14,7 +14,7 @@ import yaml
 
 from perfgrid import binding, settings
 
-from conftest import REPO, SNAKEMAKE, write_config
+from helpers import REPO, SNAKEMAKE, write_config
 
 pytestmark = pytest.mark.pipeline
 

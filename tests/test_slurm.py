@@ -19,7 +19,7 @@ import pyperf
 import pytest
 import yaml
 
-from conftest import REPO, SNAKEMAKE
+from helpers import REPO, SNAKEMAKE
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.slurm]
 

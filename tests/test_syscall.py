@@ -15,8 +15,6 @@ import uuid
 import pandas as pd
 import psutil
 import pytest
-import yaml
-from snakemake.utils import validate
 
 from perfgrid import binding, settings
 from perfgrid.aggregate import rate_estimate
@@ -24,24 +22,16 @@ from perfgrid.analysis import syscall as analysis
 from perfgrid.experiments import get
 from perfgrid.experiments import syscall as syscall_mod
 
-from conftest import REPO
+from helpers import FULL, compile_native, tagged, wait_for
 from synthetic import per_process, row, single
 
 EXP = get("syscall")
-HAVE_CC = shutil.which("cc") is not None
 CPUS = len(os.sched_getaffinity(0))
-SCHEMA = str(REPO / "workflow" / "schemas" / "config.schema.yaml")
-FULL = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
 
 
 @pytest.fixture(scope="module")
 def native_binary(tmp_path_factory) -> str:
-    if not HAVE_CC:
-        pytest.skip("no C compiler")
-    out = tmp_path_factory.mktemp("bin") / "syscall"
-    subprocess.run(["cc", "-O2", "-Wall", "-o", str(out),
-                    str(REPO / "src" / "perfgrid" / "native" / "syscall.c")], check=True)
-    return str(out)
+    return compile_native("syscall", tmp_path_factory.mktemp("bin"))
 
 
 def point(variant: str, call: str, bind: str, workers: int) -> dict:
@@ -99,30 +89,6 @@ def test_a_worker_that_dies_fails_the_pass_instead_of_hanging():
     assert not children()
 
 
-def test_python_harness_adds_under_5_percent_over_a_hand_written_loop():
-    """Per call, the released, unrolled worker is no slower than a plain loop of calls."""
-    getuid, n = os.getuid, 40_000
-
-    def hand_written() -> float:
-        started = time.perf_counter()
-        for _ in range(n):
-            getuid()
-        return (time.perf_counter() - started) / n
-
-    saved = sorted(os.sched_getaffinity(0))
-    case = EXP.prepare(point("python", "getuid", "single", 1), {})
-    try:
-        os.sched_setaffinity(0, binding.plan("single", 1)[0])  # the same CPU as the worker
-        ours, plain = [], []
-        for _ in range(7):
-            ours.append(case.time(n // syscall_mod.UNROLL) / n)
-            plain.append(hand_written())
-    finally:
-        os.sched_setaffinity(0, saved)
-        case.close()
-    assert min(ours) <= 1.05 * min(plain), (min(ours), min(plain))
-
-
 @pytest.mark.parametrize("call", syscall_mod.CALLS)
 def test_native_program_counts_and_reports(native_binary, call):
     plan = binding.plan("spread", 2)
@@ -172,28 +138,6 @@ def test_killed_job_leaves_no_worker(tmp_path):
     assert wait_for(lambda: not tagged(marker), 5), [p.cmdline()[:4] for p in tagged(marker)]
 
 
-def tagged(marker: str) -> list[psutil.Process]:
-    """Live processes whose environment carries ``marker``."""
-    out = []
-    for proc in psutil.process_iter():
-        try:
-            if (proc.status() != psutil.STATUS_ZOMBIE
-                    and proc.environ().get("PERFGRID_KILLTEST") == marker):
-                out.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return out
-
-
-def wait_for(condition, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_points_cross_every_list_and_reject_unknown_names():
     section = {"variants": ["python", "native"], "calls": ["getuid", "clock_gettime"],
                "workers": [1, 4], "bindings": ["none", "spread"]}
@@ -229,29 +173,6 @@ def test_ratio_to_native_at_the_same_call_binding_and_workers():
         {"variant": "python", "call": "getuid", "binding": "spread", "workers": 1, "rate": 4.0},
     ])
     assert EXP.ratio_to_native(table).tolist() == [1.0, 0.6, 1.0, 0.8]
-
-
-BAD = [
-    ("syscall.workers", [0], "workers"),
-    ("syscall.workers", [-2], "workers"),
-    ("syscall.workers", [], "workers"),
-    ("syscall.calls", ["getpid"], "calls"),
-    ("syscall.calls", [], "calls"),
-    ("syscall.variants", ["java"], "variants"),
-    ("syscall.bindings", ["loose"], "bindings"),
-    ("syscall.measure", {"loops": 0}, "loops"),
-    ("syscall.colour", "blue", "colour"),
-]
-
-
-@pytest.mark.parametrize("key, value, needle", BAD, ids=[f"{k}={v}" for k, v, _ in BAD])
-def test_schema_rejects_bad_values_naming_the_key(key, value, needle):
-    config = copy.deepcopy(FULL)
-    section, leaf = key.split(".")
-    config[section][leaf] = value
-    with pytest.raises(Exception) as info:
-        validate(config, SCHEMA)
-    assert needle in str(info.value) + str(info.value.__cause__ or "")
 
 
 # -- claims, decided by intervals -------------------------------------------------------

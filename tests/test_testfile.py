@@ -200,7 +200,7 @@ TINY = {"host": "tiny", "experiments": ["file_read"], "noise": {"busy_share": 1.
 
 
 def _tiny(folder, **testfile_keys):
-    from conftest import write_config
+    from helpers import write_config
 
     return write_config(folder, {**TINY, "testfile": {**TINY["testfile"], **testfile_keys}})
 
@@ -213,7 +213,7 @@ def _tiny(folder, **testfile_keys):
     ("other_seed", "seed 4 in the sidecar, 3 in the config"),
 ])
 def test_cli_refuses_what_is_at_testfile_path_and_leaves_it(tmp_path, kind, needle):
-    from conftest import snakemake
+    from helpers import snakemake
 
     path = tmp_path / "data" / "t.bin"
     path.parent.mkdir()
@@ -244,7 +244,7 @@ def test_cli_refuses_what_is_at_testfile_path_and_leaves_it(tmp_path, kind, need
 
 @pytest.mark.pipeline
 def test_a_changed_file_stops_the_run_before_any_benchmark_and_stays(tmp_path):
-    from conftest import snakemake
+    from helpers import snakemake
 
     path = tmp_path / "t.bin"
     testfile.prepare(str(path), 64 << 10, 3, str(tmp_path / "ready.json"))
@@ -263,7 +263,7 @@ def test_a_changed_file_stops_the_run_before_any_benchmark_and_stays(tmp_path):
 def test_a_perfgrid_file_is_used_and_kept_and_only_the_generated_one_removed(tmp_path):
     """The rule: perfgrid removes only the test file it generated at the default path
     (results/<host>/data/) in this run; a file it found (even its own) stays."""
-    from conftest import snakemake
+    from helpers import snakemake
 
     path = tmp_path / "kept" / "t.bin"
     path.parent.mkdir()

@@ -13,12 +13,15 @@ MAX_CHECKS = 5
 
 
 def busy_share(interval: float = SAMPLE_S) -> float:
-    """Share of all CPUs (0..1) busy over ``interval`` seconds.
+    """Share (0..1) of the CPUs this process may run on that is busy over ``interval`` s.
 
     Called while the benchmark job itself is idle, so what it sees is other
-    processes' work.
+    processes' work. Only the allowed CPUs count: under a cpuset (SLURM, taskset)
+    the workers run there, and a busy CPU elsewhere does not slow them.
     """
-    return psutil.cpu_percent(interval=interval) / 100.0
+    per_cpu = psutil.cpu_percent(interval=interval, percpu=True)
+    allowed = [per_cpu[cpu] for cpu in os.sched_getaffinity(0) if cpu < len(per_cpu)]
+    return (sum(allowed) / len(allowed) if allowed else sum(per_cpu) / len(per_cpu)) / 100.0
 
 
 def wait_until_quiet(limit: float | None, checks: int = MAX_CHECKS) -> dict[str, float | int]:

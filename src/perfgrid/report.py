@@ -128,11 +128,13 @@ def md_table(frame: pd.DataFrame) -> str:
 
 
 def _fmt(value: Any) -> str:
+    """One Markdown table cell: a pipe is escaped and a line break becomes a space, so a
+    value (a reason, a path) cannot end its row or add a column."""
     if isinstance(value, float):
         if pd.isna(value):
             return ""
         return f"{value:.4g}"
-    return str(value).replace("|", "\\|")
+    return " ".join(str(value).splitlines()).replace("|", "\\|")
 
 
 def _git() -> dict[str, str]:

@@ -139,9 +139,11 @@ def best_row(rows):
     """(the row with the highest rate, the best rate over the rows with its interval).
 
     The interval is that of the maximum, replicate by replicate: picking the best
-    of several noisy rows is itself part of the estimate.
+    of several noisy rows is itself part of the estimate. Where no row has a rate (all
+    NaN) the first row stands in and the estimate is NaN, so its claim is inconclusive.
     """
-    best = rows.loc[rows["rate"].idxmax()]
+    rates = rows["rate"].astype(float)
+    best = rows.loc[rates.idxmax()] if rates.notna().any() else rows.iloc[0]
     return best, reduce(rate_estimates(rows), np.max)
 
 

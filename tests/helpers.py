@@ -1,0 +1,205 @@
+"""The one place for test chores: paths, running Snakemake, processes, tools, C programs.
+
+Tests import from here (``from helpers import ...``), never from ``conftest``, so a
+chore is done one way; ``conftest.py`` keeps only fixtures and hooks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+SCHEMA = str(REPO / "workflow" / "schemas" / "config.schema.yaml")
+FULL = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+
+#: the Debian package that provides each tool the Makefile installs (`TEST_DEBS`)
+PACKAGE_OF = {"fio": "fio", "ab": "apache2-utils", "cc": "gcc", "erl": "erlang-nox",
+              "chromium": "chromium", "dd": "coreutils"}
+
+
+def in_ci() -> bool:
+    """True in CI (``CI`` set to anything but empty/0/false), where no test may skip."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+# -- tools ------------------------------------------------------------------------------
+def missing_tools(*tools: str) -> list[str]:
+    """The ``tools`` not found on PATH."""
+    return [tool for tool in tools if not shutil.which(tool)]
+
+
+def tool_reason(*tools: str) -> str:
+    """``ab not found on PATH (Debian package apache2-utils)``: why a test skips."""
+    missing = missing_tools(*tools)
+    return ", ".join(f"{t} not found on PATH (Debian package {PACKAGE_OF.get(t, t)})"
+                     for t in missing)
+
+
+def need(*tools: str) -> None:
+    """Skip the calling test, saying which tool and package, unless every tool is here.
+
+    In CI a skip fails the run (``conftest.pytest_sessionfinish``)."""
+    if missing_tools(*tools):
+        pytest.skip(tool_reason(*tools))
+
+
+def needs(*tools: str) -> pytest.MarkDecorator:
+    """A ``skipif`` mark for tests that need ``tools`` (same reason as :func:`need`)."""
+    return pytest.mark.skipif(bool(missing_tools(*tools)), reason=tool_reason(*tools) or "-")
+
+
+def compile_native(name: str, out_dir: Path) -> str:
+    """Compile ``src/perfgrid/native/<name>.c`` as the pipeline does; skip without ``cc``."""
+    need("cc")
+    out = out_dir / name
+    subprocess.run(["cc", "-O2", "-Wall", "-pthread", "-o", str(out),
+                    str(REPO / "src" / "perfgrid" / "native" / f"{name}.c")], check=True)
+    return str(out)
+
+
+# -- processes --------------------------------------------------------------------------
+def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
+    """Poll ``condition`` every 50 ms; True as soon as it holds, False after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return bool(condition())
+
+
+def live(pids: list[int]) -> list[int]:
+    """The ``pids`` that are still running (zombies count as gone)."""
+    alive = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def still_alive_after(pids: list[int], timeout: float) -> list[int]:
+    """The ``pids`` still running after polling for at most ``timeout`` seconds."""
+    wait_for(lambda: not live(pids), timeout)
+    return live(pids)
+
+
+def gone(pids: list[int], timeout: float = 5.0) -> bool:
+    """True once none of ``pids`` is a live (non-zombie) process, within ``timeout``."""
+    return not still_alive_after(pids, timeout)
+
+
+def tagged(marker: str, variable: str = "PERFGRID_KILLTEST") -> list[psutil.Process]:
+    """Live processes whose environment has ``variable=marker`` (orphans included)."""
+    out = []
+    for proc in psutil.process_iter():
+        try:
+            if (proc.status() != psutil.STATUS_ZOMBIE
+                    and proc.environ().get(variable) == marker):
+                out.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return out
+
+
+# -- the pipeline -----------------------------------------------------------------------
+def write_config(folder: Path, config: dict) -> Path:
+    """``folder/config.yaml`` holding ``config``."""
+    path = folder / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def snakemake(workdir: Path, *args: str, config: Path | None = None,
+              timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run this repository's Snakefile with ``workdir`` as the working directory."""
+    cmd = [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--directory", str(workdir)]
+    if config is not None:
+        cmd += ["--configfile", str(config)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=timeout,
+                          env=env, cwd=workdir)
+
+
+#: the pipeline tests' grid: every file_read claim's points (1 KiB and 1 MiB, 2 workers),
+#: so real verdicts come out
+CONFIG = {
+    "host": "tiny",
+    "experiments": ["file_read"],
+    # a plumbing test, not a measurement: never wait; and a CV threshold every point with
+    # two different values exceeds, so the report's "Flagged points" section is exercised
+    "noise": {"busy_share": 1.0, "cv_threshold": 1e-9},
+    "testfile": {"size": "8MiB", "seed": 3},
+    "file_read": {
+        "variants": ["read", "readinto", "readinto_unaligned", "whole", "pread_parallel", "dd",
+                     "fio"],
+        "block_sizes": [1024, 1048576],
+        "parallel_block_sizes": [1048576],
+        "workers": [1, 2],
+        "bindings": ["none", "single"],
+        "caches": ["warm"],
+        "measure": {"processes": 1, "values": 2, "warmups": 0, "loops": 1, "target_ci": None,
+                    "claims": {"processes": 3, "values": 1}},
+    },
+}
+
+
+def copy_workflow(root: Path) -> Path:
+    """A copy of the workflow under ``root`` (so tests may edit it), with ``tiny.yaml``."""
+    for name in ("Snakefile", "workflow", "config", "profiles", "src"):
+        src = REPO / name
+        if src.is_dir():
+            shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, root / name)
+    (root / "tiny.yaml").write_text(yaml.safe_dump(CONFIG))
+    return root
+
+
+def run(tree: Path, *args: str) -> str:
+    """Snakemake in a copied ``tree`` with ``tiny.yaml``; its output, asserting success."""
+    result = subprocess.run(
+        [*SNAKEMAKE, "--configfile", str(tree / "tiny.yaml"), *args],
+        cwd=tree, capture_output=True, text=True, timeout=900,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    return output
+
+
+@contextlib.contextmanager
+def edited(path: Path) -> Iterator[None]:
+    """Change a source file's content for the ``with`` block (Snakemake compares content,
+    not just mtime), then put back its bytes and times: tests sharing one pipeline tree
+    find it as they left it, in any order."""
+    before, times = path.read_bytes(), path.stat()
+    try:
+        with open(path, "a") as handle:
+            handle.write("\n# edited by a test\n")
+        yield
+    finally:
+        path.write_bytes(before)
+        os.utime(path, ns=(times.st_atime_ns, times.st_mtime_ns))
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """Rule -> job count from Snakemake's "Job stats" table."""
+    stats = output.split("Job stats:", 1)[1]
+    return {m.group(1): int(m.group(2))
+            for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.MULTILINE)
+            if m.group(1) != "total"}
