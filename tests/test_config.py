@@ -44,6 +44,15 @@ def check(overrides: dict) -> dict:
 #: every config the checks refuse, from every experiment's section: (overrides, the key
 #: the message begins with, what it says is allowed). One table, so each rejection is
 #: asserted the same way: the exact exception type, the key, the allowed values.
+#: the allowed parts of messages that several rejections share
+WORKER = "allowed: a whole number without a decimal point >= 1 and <= 4096 or one of ['auto']"
+RING_MEMBER = "allowed: a whole number without a decimal point >= 2 and <= 4096 or one of ['auto']"
+WORKER_LIST = ("allowed: one of ['auto'] or a list of (a whole number without a decimal point "
+               ">= 1 and <=")
+RING_LIST = ("allowed: one of ['auto'] or a list of (a whole number without a decimal point "
+             ">= 2 and <=")
+MEASURE_KEYS = ("allowed keys: ['claims', 'loops', 'max_seconds', 'processes', 'rounds', "
+                "'target_ci', 'values', 'warmups']")
 REJECTED = [
     ({'file_read.bindings': ['loose']},
      'file_read.bindings[0]', "allowed: one of ['none', 'single', 'compact', 'spread']"),
@@ -70,13 +79,13 @@ REJECTED = [
      'file_read.parallel_block_sizes[0]',
      'allowed: a whole number without a decimal point >= 1 and <= 107374182'),
     ({'file_read.workers': [-1]},
-     'file_read.workers[0]', 'allowed: a whole number without a decimal point >= 1 and <= 256'),
+     'file_read.workers[0]', WORKER),
     ({'file_read.workers': [0]},
-     'file_read.workers[0]', 'allowed: a whole number without a decimal point >= 1 and <= 256'),
+     'file_read.workers[0]', WORKER),
     ({'file_read.workers': [100000]},
-     'file_read.workers[0]', 'allowed: a whole number without a decimal point >= 1 and <= 256'),
+     'file_read.workers[0]', WORKER),
     ({'file_read.workers': [2, 2]},
-     'file_read.workers', 'allowed: a list of a whole number without a decimal point >= 1 and <='),
+     'file_read.workers', WORKER_LIST),
     ({'file_read.caches': ['lukewarm']},
      'file_read.caches[0]', "allowed: one of ['warm', 'cold']"),
     ({'file_read.colour': 'blue'},
@@ -85,7 +94,7 @@ REJECTED = [
      'file_read.measure.values',
      'allowed: a whole number without a decimal point >= 1 and <= 1000'),
     ({'file_read.measure': {'runs': 3}},
-     'file_read.measure', "allowed keys: ['claims', 'loops', 'processes', 'values', 'warmups']"),
+     'file_read.measure', MEASURE_KEYS),
     ({'measure': {'processes': 'two'}},
      'measure.processes', 'allowed: a whole number without a decimal point >= 1 and <= 100'),
     ({'unknown_key': 1},
@@ -141,7 +150,7 @@ REJECTED = [
      'file_read.block_sizes[0]',
      'allowed: a whole number without a decimal point >= 1 and <= 107374182'),
     ({'file_read.workers': [1, 2.0]},
-     'file_read.workers[1]', 'allowed: a whole number without a decimal point >= 1 and <= 256'),
+     'file_read.workers[1]', WORKER),
     ({'timers.tasks': [10.0]},
      'timers.tasks[0]', 'allowed: a whole number without a decimal point >= 1 and <= 1000000'),
     ({'noise.busy_share': float("nan")},
@@ -207,9 +216,9 @@ REJECTED = [
     ({'experiments': ['http'], 'http.concurrency': [10], 'http.requests': 5},
      'http.concurrency', 'above requests (5); ab refuses a concurrency above its request count'),
     ({'ring.workers': [1]},
-     'ring.workers[0]', 'allowed: a whole number without a decimal point >= 2 and <= 256'),
+     'ring.workers[0]', RING_MEMBER),
     ({'ring.workers': []},
-     'ring.workers', 'allowed: a list of a whole number without a decimal point >= 2 and <='),
+     'ring.workers', RING_LIST),
     ({'ring.bindings': ['loose']},
      'ring.bindings[0]', "allowed: one of ['none', 'single', 'compact', 'spread']"),
     ({'ring.variants': ['mpi']},
@@ -246,11 +255,11 @@ REJECTED = [
     ({'spawn.measure': {'values': 0}},
      'spawn.measure.values', 'allowed: a whole number without a decimal point >= 1 and <= 1000'),
     ({'syscall.workers': [0]},
-     'syscall.workers[0]', 'allowed: a whole number without a decimal point >= 1 and <= 256'),
+     'syscall.workers[0]', WORKER),
     ({'syscall.workers': [-2]},
-     'syscall.workers[0]', 'allowed: a whole number without a decimal point >= 1 and <= 256'),
+     'syscall.workers[0]', WORKER),
     ({'syscall.workers': []},
-     'syscall.workers', 'allowed: a list of a whole number without a decimal point >= 1 and <='),
+     'syscall.workers', WORKER_LIST),
     ({'syscall.calls': ['getpid']},
      'syscall.calls[0]', "allowed: one of ['getuid', 'getppid', 'clock_gettime']"),
     ({'syscall.calls': []},
@@ -298,11 +307,11 @@ REJECTED = [
     ({'timers.loops': ['asyncio']},
      'timers', "allowed keys: ['extra_grids', 'gc', 'max_sleep', 'measure', 'progress_s', "),
     ({'http.workers': [0]},
-     'http.workers[0]', 'allowed: a whole number without a decimal point >= 1 and <= 256'),
+     'http.workers[0]', WORKER),
     ({'http.servers': ['tornado']},
      'http.servers[0]', "allowed: one of ['asyncio', 'uvloop', 'erlang']"),
     ({'http.clients': ['wrk']},
-     'http.clients[0]', "allowed: one of ['ab', 'builtin']"),
+     'http.clients[0]', "allowed: one of ['ab', 'builtin', 'openloop']"),
     ({'http.keepalive': ['maybe']},
      'http.keepalive[0]', "allowed: one of ['off', 'on', False, True]"),
     ({'http.concurrency': [0]},
@@ -320,7 +329,7 @@ REJECTED = [
      "allowed keys: ['bindings', 'clients', 'concurrency', 'keepalive', 'request"),
     ({'http.extra_grids': [{'workers': [0]}]},
      'http.extra_grids[0].workers[0]',
-     'allowed: a whole number without a decimal point >= 1 and <= 256'),
+     WORKER),
     ({'http.extra_grids': [{}]},
      'http.extra_grids[0]',
      "allowed: a mapping of ['bindings', 'clients', 'concurrency', 'keepali"),

@@ -247,11 +247,12 @@ def test_killed_manager_takes_its_pyperf_worker_with_it(tmp_path):
             assert manager.poll() is None and time.monotonic() < deadline, "no worker"
             time.sleep(0.05)
             with contextlib.suppress(psutil.NoSuchProcess):
-                workers = [p for p in psutil.Process(manager.pid).children()
+                # the point manager starts a batch (a pyperf manager), which starts workers
+                workers = [p for p in psutil.Process(manager.pid).children(recursive=True)
                            if "--worker" in p.cmdline()]
         time.sleep(1.0)  # past its prctl, measuring
         assert manager.poll() is None, "the job ended before it could be killed"
-        family = workers + workers[0].children(recursive=True)
+        family = psutil.Process(manager.pid).children(recursive=True)
         manager.kill()
         manager.wait(10)
         left = _wait_gone([p.pid for p in family])

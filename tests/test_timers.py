@@ -143,7 +143,8 @@ def test_full_grid_holds_the_seed_points_at_the_seed_scale():
     for seeding in ("independent", "identical"):
         assert point("asyncio", seeding, "on", 500_000, 10, 10.0) in points
     assert settings.measure_of(cfg, "timers", points[0]) == {
-        "processes": 1, "values": 1, "warmups": 0, "loops": 1}
+        "processes": 1, "values": 1, "warmups": 0, "loops": 1, "target_ci": None,
+        "max_seconds": None, "rounds": 1}
 
 
 def test_uvloop_missing_is_a_skip_reason(monkeypatch):

@@ -122,27 +122,33 @@ def _slurm_metadata() -> dict[str, str]:
     return {key: os.environ[var] for var, key in names.items() if os.environ.get(var)}
 
 
-def _batch_command(args: argparse.Namespace, processes: int, loops: int | None,
-                   output: Path) -> list[str]:
-    """One batch: a pyperf run of ``processes`` worker processes, written to ``output``."""
-    cmd = [sys.executable, "-m", "perfgrid.bench", args.experiment]
-    for item in args.point:
-        cmd += ["--point", item]
-    for item in args.option:
-        cmd += ["--option", item]
-    cmd += ["--processes", str(processes), "--values", str(args.values),
-            "--warmups", str(args.warmups)]
-    if loops:
-        cmd += ["--loops", str(loops)]
-    if args.verbose:
-        cmd.append("--verbose")
-    return lifetime.command([*cmd, "--batch", "--output", str(output)])
+#: the point manager's own options, not passed on to a batch (which gets its own)
+MANAGER_OPTIONS = ("--result", "--lock", "--busy-share", "--steal-share", "--target-ci",
+                   "--max-seconds", "--round", "--processes", "--loops", "-p", "-l")
+
+
+def batch_argv(argv: list[str], processes: int, loops: int | None, output: Path) -> list[str]:
+    """One batch's command line: the job's own (pyperf's options such as
+    ``--inherit-environ`` included) less the manager's, for ``processes`` workers."""
+    out, skip = [], False
+    for word in argv:
+        if skip:
+            skip = False
+            continue
+        name = word.split("=", 1)[0]
+        if name in MANAGER_OPTIONS:
+            skip = "=" not in word
+            continue
+        out.append(word)
+    out += ["--processes", str(processes)] + (["--loops", str(loops)] if loops else [])
+    return [sys.executable, "-m", "perfgrid.bench", *out, "--batch", "--output", str(output)]
 
 
 def _run_batch(args: argparse.Namespace, processes: int, loops: int | None,
                folder: Path, index: int) -> pyperf.Benchmark:
     output = folder / f"batch-{index}.json"
-    done = subprocess.run(_batch_command(args, processes, loops, output), check=False)
+    cmd = batch_argv(args.argv, processes, loops, output)
+    done = subprocess.run(lifetime.command(cmd), check=False)
     if done.returncode != 0 or not output.exists():
         raise SystemExit(f"batch {index} ({processes} processes) failed "
                          f"(exit status {done.returncode})")
@@ -251,6 +257,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", action="store_true",
                         help="(internal) one batch: a plain pyperf run written to --output")
     args = runner.parse_args(argv)
+    args.argv = argv
     if args.worker:  # first: a manager killed before this leaves no worker measuring
         lifetime.die_with_parent(args.parent if args.parent is not None else os.getppid())
 
