@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 from pyperf import perf_counter
@@ -32,6 +32,9 @@ from pyperf import perf_counter
 from perfgrid import binding, erlang, lifetime
 from perfgrid.eventloops import loop_factory, uvloop_missing
 from perfgrid.experiments.base import Case, Experiment, Metadata, Point, missing_tool
+
+if TYPE_CHECKING:
+    from perfgrid.paths import Layout
 
 VARIANTS = ("asyncio", "uvloop", "thread", "process_pipe", "native", "erlang")
 #: rings of Erlang processes; ``workers`` is the VM's scheduler count
@@ -324,6 +327,8 @@ class Ring(Experiment):
     rate_unit = "messages/s"
     native_variants = NATIVE
     erlang_variants = ERLANG
+    native_program = "ring"
+    erlang_module = "pg_ring"
     reference_variants = NATIVE
     reference_axes = ("workers", "binding")
     #: no fallback: a row is compared with the C ring at its own workers/binding only
@@ -353,6 +358,11 @@ class Ring(Experiment):
                 out += [{"variant": variant, "binding": b, "workers": w}
                         for w in section["workers"] for b in section["bindings"]]
         return self.keep_runtimes(out, section)
+
+    def job_options(self, point: Point, section: dict[str, Any], config: dict[str, Any],
+                    layout: Layout) -> dict[str, str]:
+        """The ring's sizes: the same for every point."""
+        return {key: str(section[key]) for key in ("rings", "size", "rounds", "worker_rounds")}
 
     def unavailable(self, point: Point) -> str | None:
         if point["variant"] in ERLANG:

@@ -478,6 +478,8 @@ class Spawn(Experiment):
     rate_unit = "spawns/s"
     native_variants = NATIVE
     erlang_variants = ERLANG
+    native_program = "spawn"
+    erlang_module = "pg_spawn"
     reference_variants = NATIVE
 
     def points(self, section: dict[str, Any], config: dict[str, Any]) -> list[Point]:

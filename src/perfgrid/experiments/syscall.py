@@ -292,6 +292,7 @@ class Syscall(Experiment):
     rate_unit = "calls/s"
     native_variants = ("native",)
     erlang_variants = ("erlang",)
+    native_program = "syscall"
     reference_variants = ("native",)
     reference_axes = ("call", "binding", "workers")
     fallback_axes = ("call",)
