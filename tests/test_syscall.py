@@ -18,7 +18,7 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from perfgrid import binding, settings
+from perfgrid import binding, lifetime, settings
 from perfgrid.aggregate import rate_estimate
 from perfgrid.analysis import syscall as analysis
 from perfgrid.experiments import get
@@ -127,7 +127,7 @@ def test_python_harness_adds_under_5_percent_over_a_hand_written_loop():
 def test_native_program_counts_and_reports(native_binary, call):
     plan = binding.plan("spread", 2)
     cmd = syscall_mod.native_command(native_binary, call, 1000, plan)
-    report = syscall_mod.run_native(cmd)
+    report = lifetime.run_json(cmd)
     assert report["workers"] == 2 and report["calls_per_worker"] == 1000
     assert report["worker_cpus"] == binding.describe(plan)
     assert len(report["worker_elapsed_s"]) == 2 and report["elapsed_s"] > 0

@@ -10,17 +10,16 @@ from __future__ import annotations
 import base64
 import html
 import json
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from perfgrid import experiments, lifetime
+from perfgrid import experiments, gitinfo
 from perfgrid.analysis import VERDICTS, Claim, module
 from perfgrid.atomic import write_text
-from perfgrid.paths import REPO, Layout
+from perfgrid.paths import Layout
 from perfgrid.topology import format_cpu_list, parse_cpu_list
 
 #: statistics shown after the axes in each experiment's table
@@ -133,17 +132,6 @@ def _fmt(value: Any) -> str:
             return ""
         return f"{value:.4g}"
     return str(value).replace("|", "\\|")
-
-
-def _git() -> dict[str, str]:
-    def run(*args: str) -> str:
-        try:
-            return subprocess.run(lifetime.command(["git", *args]), cwd=REPO,
-                                  capture_output=True, text=True, check=True).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            return ""
-    return {"commit": run("rev-parse", "HEAD") or "unknown",
-            "dirty": "yes" if run("status", "--porcelain", "--untracked-files=no") else "no"}
 
 
 def flags(table: pd.DataFrame, cv_threshold: float) -> pd.DataFrame:
@@ -312,7 +300,7 @@ def build(root: Path, experiment_names: list[str], cv_threshold: float) -> dict[
         })
     return {"machine": machine, "sections": sections, "claims": _claims_frame(all_claims),
             "precision": precision_frame(sections),
-            "claim_list": all_claims, "git": _git(), "host": root.name,
+            "claim_list": all_claims, "git": gitinfo.facts(), "host": root.name,
             "cv_threshold": cv_threshold,
             "provenance": provenance(layout, sections)}
 

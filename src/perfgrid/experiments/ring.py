@@ -14,12 +14,10 @@ rings of ``size`` Erlang processes (src/perfgrid/erlang/pg_ring.erl) on
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import queue
 import resource
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -296,15 +294,6 @@ def native_command(path: str, workers: int, rounds: int, plan: list[list[int]]) 
     return [path, str(workers), str(rounds), binding.describe(plan)]
 
 
-def run_native(cmd: list[str]) -> dict[str, Any]:
-    """Run the C ring once; its JSON report (seconds, set-up, CPU, switches, CPUs)."""
-    proc = subprocess.run(lifetime.command(cmd), capture_output=True, text=True, check=False,
-                          timeout=600)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{cmd[0]} exited {proc.returncode}: {proc.stderr.strip()}")
-    return json.loads(proc.stdout)
-
-
 @dataclass
 class Tally:
     """What the timed passes cost, summed over every pass of one worker process."""
@@ -449,7 +438,7 @@ class Ring(Experiment):
         workers = len(plan)
 
         def time_loops(loops: int) -> float:
-            report = run_native(native_command(path, workers, rounds * loops, plan))
+            report = lifetime.run_json(native_command(path, workers, rounds * loops, plan))
             if report["messages"] != workers * rounds * loops:
                 raise RuntimeError(f"ring: the C ring passed {report['messages']} messages")
             tally.seconds += report["seconds"]
