@@ -201,10 +201,11 @@ def test_killed_job_takes_a_c_program_and_its_workers_with_it(tmp_path):
                     str(SRC / "native" / "syscall.c")], check=True)
     seen = kill_job_and_check(f"""
         import os
+        from perfgrid import lifetime
         from perfgrid.experiments import syscall
         CPU = min(os.sched_getaffinity(0))
-        syscall.run_native(syscall.native_command({str(binary)!r}, "getuid", 10**12,
-                                                  [[CPU], [CPU]]))
+        lifetime.run_json(syscall.native_command({str(binary)!r}, "getuid", 10**12,
+                                                 [[CPU], [CPU]]))
         """, ("syscall",), tmp_path)
     assert "syscall" in seen
 

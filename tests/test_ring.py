@@ -18,7 +18,7 @@ import psutil
 import pytest
 from snakemake.utils import validate
 
-from perfgrid import binding, settings
+from perfgrid import binding, lifetime, settings
 from perfgrid.analysis import ring as analysis
 from perfgrid.experiments import get
 from perfgrid.experiments import ring as ring_mod
@@ -110,7 +110,7 @@ def test_pipe_ring_members_die_with_a_killed_job():
 
 def test_native_ring_counts_pins_and_reports(native_binary):
     plan = binding.plan("spread", 3)
-    report = ring_mod.run_native(ring_mod.native_command(native_binary, 3, 100, plan))
+    report = lifetime.run_json(ring_mod.native_command(native_binary, 3, 100, plan))
     assert report["messages"] == 300
     assert report["cpus"] == binding.describe(plan)
     assert report["seconds"] > 0 and report["setup_seconds"] > 0
@@ -126,7 +126,7 @@ def test_native_ring_counts_pins_and_reports(native_binary):
 ])
 def test_native_ring_refuses_bad_arguments(native_binary, args, needle):
     with pytest.raises(RuntimeError, match=needle):
-        ring_mod.run_native([native_binary, *args])
+        lifetime.run_json([native_binary, *args])
 
 
 @pytest.mark.parametrize("variant, bind, workers", [

@@ -16,7 +16,7 @@ import pandas as pd
 import psutil
 import pytest
 
-from perfgrid import binding, settings
+from perfgrid import binding, lifetime, settings
 from perfgrid.aggregate import rate_estimate
 from perfgrid.analysis import syscall as analysis
 from perfgrid.experiments import get
@@ -93,7 +93,7 @@ def test_a_worker_that_dies_fails_the_pass_instead_of_hanging():
 def test_native_program_counts_and_reports(native_binary, call):
     plan = binding.plan("spread", 2)
     cmd = syscall_mod.native_command(native_binary, call, 1000, plan)
-    report = syscall_mod.run_native(cmd)
+    report = lifetime.run_json(cmd)
     assert report["workers"] == 2 and report["calls_per_worker"] == 1000
     assert report["worker_cpus"] == binding.describe(plan)
     assert len(report["worker_elapsed_s"]) == 2 and report["elapsed_s"] > 0

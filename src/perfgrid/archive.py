@@ -24,7 +24,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from perfgrid import lifetime
+from perfgrid import gitinfo, lifetime
+from perfgrid.gitinfo import git
 from perfgrid.paths import REPO
 
 MANIFEST = "MANIFEST.sha256"
@@ -34,24 +35,16 @@ CODE_PATHS = ("Snakefile", "workflow", "src", "config", "profiles", "pyproject.t
 SKIP_SUFFIXES = (".bin", ".lock", ".sqlite", ".sqlite-wal", ".sqlite-shm")
 
 
-def _git(*args: str) -> str:
-    try:
-        return subprocess.run(lifetime.command(["git", *args]), cwd=REPO, capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
-
-
 def archive_name(host: str, when: float | None = None) -> str:
     """``perfgrid-<host>-<UTC date>-<short commit>``."""
     date = time.strftime("%Y%m%d", time.gmtime(when))
-    commit = _git("rev-parse", "--short=10", "HEAD") or "nogit"
+    commit = git("rev-parse", "--short=10", "HEAD") or "nogit"
     return f"perfgrid-{host}-{date}-{commit}"
 
 
 def code_files() -> list[Path]:
     """The workflow's source files: what git tracks, as in the working tree."""
-    listed = _git("ls-files", "--", *CODE_PATHS)
+    listed = git("ls-files", "--", *CODE_PATHS)
     if listed:
         return [REPO / line for line in listed.splitlines() if (REPO / line).is_file()]
     out = []
@@ -100,10 +93,10 @@ def create(results_root: Path, output: Path) -> Path:
     entries += [(f"results/{host}/{p.relative_to(results_root)}", p)
                 for p in result_files(results_root)]
     now = time.time()
-    dirty = "yes" if _git("status", "--porcelain", "--untracked-files=no") else "no"
+    facts = gitinfo.facts()
     generated = {
         "packages.txt": installed_packages().encode(),
-        "GIT": f"commit {_git('rev-parse', 'HEAD') or 'unknown'}\ndirty {dirty}\n".encode(),
+        "GIT": f"commit {facts['commit']}\ndirty {facts['dirty']}\n".encode(),
     }
     lines = [f"{_sha256(path)}  {name}" for name, path in entries]
     lines += [f"{_sha256(data)}  {name}" for name, data in generated.items()]

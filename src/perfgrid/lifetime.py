@@ -34,7 +34,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import psutil
@@ -68,6 +68,23 @@ def command(cmd: list[str], cpus: list[int] | None = None) -> list[str]:
     if cpus:
         prefix.append("--cpus=" + ",".join(map(str, cpus)))
     return [*prefix, "--", *cmd]
+
+
+def run_json(cmd: list[str], timeout: float = 600) -> dict[str, Any]:
+    """Run a program that prints one JSON report (perfgrid's C programs), dying with us.
+
+    A failure raises with the command's first words and the tail of its stderr,
+    which names what the program refused.
+    """
+    import json
+    import subprocess
+
+    proc = subprocess.run(command(cmd), capture_output=True, text=True, check=False,
+                          timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:4])} exited {proc.returncode}: "
+                           f"{proc.stderr.strip()[-500:]}")
+    return json.loads(proc.stdout)
 
 
 def _launch(argv: list[str]) -> None:

@@ -55,6 +55,11 @@ class Layout:
     def native_binary(self, name: str) -> Path:
         return self.root / "bin" / name
 
+    @property
+    def erlang_beams(self) -> Path:
+        """The folder of compiled Erlang modules (rule erlang_beam)."""
+        return self.native_binary("erlang")
+
     # per-experiment outputs
     def raw_dir(self, experiment: str) -> Path:
         return self.root / "raw" / experiment

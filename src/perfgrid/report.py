@@ -8,19 +8,19 @@ tables by the experiment's analysis module; nothing here is hard-coded.
 from __future__ import annotations
 
 import base64
-import html
 import json
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import pandas as pd
+from markupsafe import Markup
 
-from perfgrid import experiments, lifetime
+from perfgrid import experiments, gitinfo
 from perfgrid.analysis import VERDICTS, Claim, module
 from perfgrid.atomic import write_text
-from perfgrid.paths import REPO, Layout
+from perfgrid.paths import Layout
 from perfgrid.topology import format_cpu_list, parse_cpu_list
 
 #: statistics shown after the axes in each experiment's table
@@ -137,17 +137,6 @@ def _fmt(value: Any) -> str:
     return " ".join(str(value).splitlines()).replace("|", "\\|")
 
 
-def _git() -> dict[str, str]:
-    def run(*args: str) -> str:
-        try:
-            return subprocess.run(lifetime.command(["git", *args]), cwd=REPO,
-                                  capture_output=True, text=True, check=True).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            return ""
-    return {"commit": run("rev-parse", "HEAD") or "unknown",
-            "dirty": "yes" if run("status", "--porcelain", "--untracked-files=no") else "no"}
-
-
 def flags(table: pd.DataFrame, cv_threshold: float) -> pd.DataFrame:
     """Rows whose figure should not be taken as clean, with the reason."""
     reasons = pd.Series("", index=table.index)
@@ -261,11 +250,6 @@ def extra_tables(analysis: Any, table: pd.DataFrame, plot_dir: Path,
     return out
 
 
-def _img(path: Path) -> str:
-    data = base64.b64encode(path.read_bytes()).decode()
-    return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
-
-
 CLAIM_COLUMNS = ["experiment", "hypothesis", "criterion", "measured", "verdict", "runtime",
                  "reason"]
 
@@ -314,7 +298,7 @@ def build(root: Path, experiment_names: list[str], cv_threshold: float) -> dict[
         })
     return {"machine": machine, "sections": sections, "claims": _claims_frame(all_claims),
             "precision": precision_frame(sections),
-            "claim_list": all_claims, "git": _git(), "host": root.name,
+            "claim_list": all_claims, "git": gitinfo.facts(), "host": root.name,
             "cv_threshold": cv_threshold,
             "provenance": provenance(layout, sections)}
 
@@ -383,47 +367,10 @@ def topology_table(machine: dict[str, Any]) -> tuple[str, pd.DataFrame]:
 PRECISION_TEXT = ("Precision: points with a 95 % interval, those whose half-width is at most "
                   "3 % of the rate, and, where measure.target_ci is set, the points whose "
                   "interval met the target before the cap (measure.max_seconds) stopped them.")
-
-
-def render_md(data: dict[str, Any]) -> str:
-    m = data["machine"]
-    cpus_text, cpus_table = topology_table(m)
-    out = [f"# perfgrid report: {data['host']}\n",
-           f"{m['cpu_model']}, {m['cpus_logical']} logical CPUs ({m['cpus_physical']} physical), "
-           f"{m['memory_bytes'] / 2**30:.1f} GiB, Linux {m['kernel']}, Python {m['python']}. "
-           f"Commit {data['git']['commit'][:12]} (dirty: {data['git']['dirty']}).\n",
-           *([cpus_text + "\n", md_table(cpus_table)] if cpus_text else []),
-           "## Claims\n", f"Verdicts: {verdict_counts(data['claims'])}. A verdict is decided by "
-           "the 95 % interval of the compared quantity: reproduced or not reproduced only when "
-           "the whole interval lies on one side of the threshold.\n",
-           f"![every claim against its threshold]({data['claims_figure'].name})\n"
-           if data.get("claims_figure") else "",
-           md_table(data["claims"][CLAIM_COLUMNS]),
-           "## Precision\n", PRECISION_TEXT + "\n", md_table(data["precision"])]
-    for sec in data["sections"]:
-        out += [f"## {sec['name']}\n", sec["doc"] + "\n", "Grid: " + "; ".join(
-            f"{k} = {', '.join(map(str, v))}" for k, v in sec["grid"].items()) + "\n"]
-        out += [f"![{f.stem}](plots/{sec['name']}/{f.name})\n" for f in sec["figures"]]
-        out += ["### Seed figures beside this machine\n",
-                "Source: " + "; ".join(sec["seed_source"]) + "\n", md_table(sec["seed"])]
-        out += [f"- {n}\n" for n in sec["notes"]]
-        out += ["### This machine\n", md_table(sec["shown"])]
-        for title, note, frame in sec.get("tables", []):
-            out += [f"### {title}\n", note + "\n" if note else "", md_table(frame)]
-        if not sec["flags"].empty:
-            out += ["### Flagged points\n", md_table(sec["flags"][
-                ["runtime", *sec["axes"], "cv", "flag"]])]
-        if not sec["unconverged"].empty:
-            out += ["### Points that missed their interval target\n",
-                    md_table(sec["unconverged"])]
-        if sec["skipped"]:
-            out += ["### Skipped points\n", md_table(pd.DataFrame(sec["skipped"]))]
-    prov = data["provenance"]
-    out += ["## Provenance\n"]
-    out += [f"- {key.replace('_', ' ')}: {prov[key]}" for key in prov if key != "config"]
-    out += ["", "Config as used:\n", "```yaml", prov["config"].rstrip(), "```\n"]
-    return "\n".join(out)
-
+VERDICT_TEXT = ("A verdict is decided by the 95 % interval of the compared quantity: reproduced "
+                "or not reproduced only when the whole interval lies on one side of the "
+                "threshold.")
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
 color:#222}table{border-collapse:collapse;font-size:.85em;margin:1em 0}td,th{border:1px solid
@@ -431,73 +378,66 @@ color:#222}table{border-collapse:collapse;font-size:.85em;margin:1em 0}td,th{bor
 .reproduced{background:#dfd}.not{background:#fdd}.inconclusive{background:#ffd}"""
 
 
-def _html_table(frame: pd.DataFrame) -> str:
-    if frame.empty:
-        return "<p><em>(no rows)</em></p>"
-    return frame.to_html(index=False, escape=True, na_rep="", float_format=lambda v: f"{v:.4g}")
-
-
-def render_html(data: dict[str, Any]) -> str:
-    m = data["machine"]
-    cpus_text, cpus_table = topology_table(m)
-    esc = html.escape
-    rows = []
-    for _, c in data["claims"].iterrows():
-        cls = {"reproduced": "reproduced", "not reproduced": "not"}.get(c["verdict"],
-                                                                        "inconclusive")
-        rows.append("<tr>" + "".join(f"<td>{esc(str(c[k]))}</td>" for k in (
-            "experiment", "hypothesis", "criterion", "measured")) +
-            f'<td class="{cls}">{esc(c["verdict"])}</td><td>{esc(str(c["runtime"]))}</td>'
-            f"<td>{esc(str(c['reason']))}</td></tr>")
-    parts = [
-        "<!doctype html><html><head><meta charset='utf-8'>",
-        f"<title>perfgrid report: {esc(data['host'])}</title><style>{_CSS}</style></head><body>",
-        f"<h1>perfgrid report: {esc(data['host'])}</h1>",
-        f"<p>{esc(m['cpu_model'])}, {m['cpus_logical']} logical CPUs ({m['cpus_physical']} "
-        f"physical), {m['memory_bytes'] / 2**30:.1f} GiB, Linux {esc(m['kernel'])}, Python "
-        f"{esc(m['python'])}. Commit <code>{esc(data['git']['commit'][:12])}</code> "
-        f"(dirty: {data['git']['dirty']}).</p>",
-        *([f"<p>{esc(cpus_text)}</p>", _html_table(cpus_table)] if cpus_text else []),
-        "<h2>Claims</h2>",
-        f"<p>Verdicts: {esc(verdict_counts(data['claims']))}. A verdict is decided by the 95 % "
-        "interval of the compared quantity: reproduced or not reproduced only when the whole "
-        "interval lies on one side of the threshold.</p>",
-        _img(data["claims_figure"]) if data.get("claims_figure") else "",
-        "<table><tr><th>experiment</th><th>hypothesis</th><th>criterion</th>"
-        "<th>measured</th><th>verdict</th><th>runtime</th><th>reason</th></tr>",
-        *rows, "</table>",
-        "<h2>Precision</h2>", f"<p>{esc(PRECISION_TEXT)}</p>", _html_table(data["precision"]),
-    ]
+def view(data: dict[str, Any]) -> dict[str, Any]:
+    """What both templates show, in the order they show it: :func:`build`'s data with the
+    topology sentence, the verdict counts and each section's problem tables worked out."""
+    topology_text, topology = topology_table(data["machine"])
+    sections = []
     for sec in data["sections"]:
-        parts += [f"<h2 id='{esc(sec['name'])}'>{esc(sec['name'])}</h2>",
-                  f"<p>{esc(sec['doc'])}</p><p>Grid: " + "; ".join(
-                      f"<b>{esc(k)}</b> = {esc(', '.join(map(str, v)))}"
-                      for k, v in sec["grid"].items()) + "</p>"]
-        parts += [_img(f) for f in sec["figures"]]
-        parts += ["<h3>Seed figures beside this machine</h3>",
-                  f"<p>Source: {esc('; '.join(sec['seed_source']))}</p>",
-                  _html_table(sec["seed"])]
-        parts += [f"<p>{esc(n)}</p>" for n in sec["notes"]]
-        parts += ["<h3>This machine</h3>", _html_table(sec["shown"])]
-        for title, note, frame in sec.get("tables", []):
-            parts += [f"<h3>{esc(title)}</h3>", f"<p>{esc(note)}</p>" if note else "",
-                      _html_table(frame)]
+        problems = []
         if not sec["flags"].empty:
-            parts += ["<h3>Flagged points</h3>", _html_table(sec["flags"][
-                ["runtime", *sec["axes"], "cv", "flag"]])]
+            problems.append(("Flagged points",
+                             sec["flags"][["runtime", *sec["axes"], "cv", "flag"]]))
         if not sec["unconverged"].empty:
-            parts += ["<h3>Points that missed their interval target</h3>",
-                      _html_table(sec["unconverged"])]
+            problems.append(("Points that missed their interval target", sec["unconverged"]))
         if sec["skipped"]:
-            parts += ["<h3>Skipped points</h3>", _html_table(pd.DataFrame(sec["skipped"]))]
+            problems.append(("Skipped points", pd.DataFrame(sec["skipped"])))
+        sections.append({**sec, "problems": problems, "tables": sec.get("tables", []),
+                         "grid": [(k, ", ".join(map(str, v))) for k, v in sec["grid"].items()]})
+    claims = data["claims"][CLAIM_COLUMNS]
+    verdict_css = {"reproduced": "reproduced", "not reproduced": "not"}
     prov = data["provenance"]
-    parts += ["<h2>Provenance</h2><ul>"]
-    parts += [f"<li>{esc(key.replace('_', ' '))}: {esc(str(prov[key]))}</li>"
-              for key in prov if key != "config"]
-    parts += ["</ul><details><summary>Config as used</summary><pre>", esc(prov["config"]),
-              "</pre></details>"]
-    parts += ["<h2>Machine</h2><pre>", esc(json.dumps(m, indent=2)), "</pre></body></html>"]
-    return "\n".join(parts)
+    return {
+        "host": data["host"], "m": data["machine"], "git": data["git"],
+        "topology_text": topology_text, "topology_table": topology,
+        "verdict_text": f"Verdicts: {verdict_counts(data['claims'])}. {VERDICT_TEXT}",
+        "claims_figure": data.get("claims_figure"),
+        "claims": claims, "claim_columns": CLAIM_COLUMNS,
+        "claim_rows": [{**{k: str(v) for k, v in row.items()},
+                        "css": verdict_css.get(row["verdict"], "inconclusive")}
+                       for row in claims.to_dict("records")],
+        "precision_text": PRECISION_TEXT, "precision": data["precision"],
+        "sections": sections,
+        "provenance": [(key.replace("_", " "), prov[key]) for key in prov if key != "config"],
+        "config": prov["config"],
+        "machine_json": json.dumps(data["machine"], indent=2), "css": _CSS,
+    }
+
+
+def _html_table(frame: pd.DataFrame) -> Markup:
+    if frame.empty:
+        return Markup("<p><em>(no rows)</em></p>")
+    return Markup(frame.to_html(index=False, escape=True, na_rep="",
+                                float_format=lambda v: f"{v:.4g}"))
+
+
+def _img(path: Path) -> Markup:
+    data = base64.b64encode(path.read_bytes()).decode()
+    return Markup('<img alt="{}" src="data:image/png;base64,{}">').format(path.stem, data)
+
+
+def render(data: dict[str, Any]) -> tuple[str, str]:
+    """The Markdown and the HTML report of :func:`build`'s data, from the two templates."""
+    shown = view(data)
+    loader = jinja2.FileSystemLoader(TEMPLATES)
+    options = {"loader": loader, "trim_blocks": True, "lstrip_blocks": True,
+               "keep_trailing_newline": True, "undefined": jinja2.StrictUndefined}
+    md = jinja2.Environment(autoescape=False, **options)
+    md.filters["table"] = md_table
+    page = jinja2.Environment(autoescape=True, **options)
+    page.filters.update(table=_html_table, img=_img)
+    return (md.get_template("report.md.j2").render(shown),
+            page.get_template("report.html.j2").render(shown))
 
 
 def main(root: Path, experiment_names: list[str], html_path: str, md_path: str,
@@ -509,6 +449,7 @@ def main(root: Path, experiment_names: list[str], html_path: str, md_path: str,
         data["provenance"]["test_file"] = (
             f"{facts['size']:,} bytes, seed {facts['seed']}, sha256 {facts['sha256']}, "
             f"generated at {facts['bytes_per_s'] / 1e9:.2f} GB/s")
-    write_text(md_path, render_md(data))
-    write_text(html_path, render_html(data))
+    md, page = render(data)
+    write_text(md_path, md)
+    write_text(html_path, page)
     print(f"report: {len(data['claims'])} claims over {len(experiment_names)} experiments")

@@ -4,7 +4,7 @@ import shlex
 import sys
 import time
 
-from perfgrid import experiments, order, settings
+from perfgrid import binding, experiments, jobs, order, settings
 from perfgrid.paths import Layout
 
 
@@ -72,14 +72,19 @@ onsuccess:
     testfile.remove_generated(LAYOUT.testfile_record, since=STARTED)
 
 
+# names shared by every rule; each experiment's own axes: axis_constraints below
+WILDCARD_CONSTRAINTS = {
+    "experiment": "|".join(experiments.available()),
+    "variant": "[a-z_]+",
+    "cache": "warm|cold",
+    "binding": "|".join(binding.BINDINGS),
+    "workers": r"\d+",
+    "round": r"\d+",
+}
+
+
 wildcard_constraints:
-    experiment="|".join(experiments.available()),
-    variant="[a-z_]+",
-    cache="warm|cold",
-    binding="none|single|compact|spread",
-    workers=r"\d+",
-    block_size=r"\d+",
-    round=r"\d+",
+    **WILDCARD_CONSTRAINTS,
 
 
 def runnable(experiment):
@@ -145,52 +150,39 @@ def all_outputs():
     return out
 
 
-# Erlang (the seeds' runtime): the compiled modules of rule erlang_beam (erlang.smk).
-ERLANG_BEAMS = LAYOUT.native_binary("erlang")
+# --- a benchmark job's inputs and options, asked of its experiment (perfgrid.jobs) --------
 
 
-def erlang_input(module):
-    """Input function: pg_util and ``module`` compiled, for the erlang* variants only."""
-
-    def beams(wildcards):
-        if wildcards.variant.startswith("erlang"):
-            return [f"{ERLANG_BEAMS}/{m}.beam" for m in ("pg_util", module)]
-        return []
-
-    return beams
+def job_point(experiment, wildcards):
+    """The typed grid point of a benchmark job's wildcards."""
+    exp = experiments.get(experiment)
+    return exp.parse_point({a: wildcards[a] for a in exp.axes})
 
 
-def erlang_options(wildcards, input):
-    """``--option beams=DIR`` where the job runs an Erlang program."""
-    return shlex.join(["--option", f"beams={ERLANG_BEAMS}"]) if input.beams else ""
+def job_inputs(experiment):
+    """Input function (unpack): the job's declared files, code, C program and Erlang modules."""
+
+    def named(wildcards):
+        exp = experiments.get(experiment)
+        return jobs.inputs(exp, job_point(experiment, wildcards), SETTINGS, LAYOUT, SRC)
+
+    return named
 
 
-# --- experiment-specific input and option functions ---------------------------
+def job_options(experiment):
+    """Params function: the job's ``--option KEY=VALUE`` words."""
 
-HTTP = experiments.get("http")
-HTTP_DATABASE = SETTINGS.get("http", {}).get("database") or str(
-    LAYOUT.root / "data" / "http.sqlite"
-)
+    def words(wildcards):
+        exp = experiments.get(experiment)
+        return shlex.join(jobs.option_words(
+            jobs.options(exp, job_point(experiment, wildcards), SETTINGS, LAYOUT)))
 
-
-def http_options(wildcards):
-    """--option words of one job: its request count, the database, port and deadline."""
-    point = HTTP.parse_point(dict(wildcards.items()))
-    options = HTTP.options(SETTINGS.get("http", {}), point, HTTP_DATABASE)
-    return shlex.join(w for key, value in options.items() for w in ("--option", f"{key}={value}"))
+    return words
 
 
-def ring_native_input(wildcards):
-    """The C ring, for the native points only."""
-    return [str(LAYOUT.native_binary("ring"))] if wildcards.variant == "native" else []
-
-
-def ring_options(wildcards, input):
-    """The ring's sizes (and the C ring's path) as harness options."""
-    section = SETTINGS["ring"]
-    words = []
-    for key in ("rings", "size", "rounds", "worker_rounds"):
-        words += ["--option", f"{key}={section[key]}"]
-    if input.binary:
-        words += ["--option", f"binary={input.binary}"]
-    return shlex.join(words)
+def axis_constraints(experiment):
+    """Wildcard constraints of a benchmark rule: whole numbers for integer axes, and no
+    ``/`` in any other value (axes with a workflow-wide constraint keep that one)."""
+    exp = experiments.get(experiment)
+    return {a: r"\d+" if a in exp.int_axes else "[^/]+"
+            for a in exp.axes if a not in WILDCARD_CONSTRAINTS}

@@ -9,12 +9,15 @@ and how much work one loop does.
 from __future__ import annotations
 
 import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:  # pandas stays out of the pyperf workers: it costs ~70 MB per fork
     import pandas as pd
+
+    from perfgrid.paths import Layout
 
 Point = dict[str, Any]
 Metadata = dict[str, str | int | float]
@@ -83,6 +86,34 @@ class Experiment:
     #: variants run by a native program or by the Erlang VM; the rest are Python
     native_variants: ClassVar[tuple[str, ...]] = ()
     erlang_variants: ClassVar[tuple[str, ...]] = ()
+
+    #: the C program (``native/<name>.c``, built by rule native_program) that runs the
+    #: native variants; None where they run an installed tool (dd, fio) or there are none
+    native_program: ClassVar[str | None] = None
+    #: the Erlang module (``erlang/<module>.erl``) of the erlang variants, or None
+    erlang_module: ClassVar[str | None] = None
+    #: perfgrid modules a job runs beyond the experiment's own (paths under
+    #: ``src/perfgrid/``): editing one reruns this experiment's jobs
+    code: ClassVar[tuple[str, ...]] = ()
+
+    def sources(self) -> list[str]:
+        """The job's code, under ``src/perfgrid/``: this module, then :attr:`code`."""
+        module = sys.modules[type(self).__module__].__name__
+        return ["/".join(module.split(".")[1:]) + ".py", *self.code]
+
+    def extra_inputs(self, point: Point, config: dict[str, Any],
+                     layout: Layout) -> dict[str, str]:
+        """Files a job needs besides its code, program and modules (name -> path)."""
+        return {}
+
+    def job_options(self, point: Point, section: dict[str, Any], config: dict[str, Any],
+                    layout: Layout) -> dict[str, str]:
+        """The job's ``--option`` values from its config: everything but the axes.
+
+        The pipeline adds ``binary`` (native points with a :attr:`native_program`) and
+        ``beams`` (erlang points with an :attr:`erlang_module`) itself.
+        """
+        return {}
 
     def runtime(self, point: Point) -> str:
         """``python``, ``native`` or ``erlang``: what runs the point."""

@@ -15,13 +15,16 @@ import os
 import re
 import subprocess
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyperf import perf_counter
 
 from perfgrid import binding, erlang, lifetime
 from perfgrid.experiments.base import Case, Experiment, Point, missing_tool
 from perfgrid.pagecache import CacheState
+
+if TYPE_CHECKING:
+    from perfgrid.paths import Layout
 
 SINGLE = ("read", "readinto", "readinto_unaligned", "dd", "erlang_read")
 PARALLEL = ("pread_parallel", "fio", "erlang_pread_parallel")
@@ -203,6 +206,7 @@ class FileRead(Experiment):
     rate_unit = "bytes/s"
     native_variants = NATIVE
     erlang_variants = tuple(ERLANG)
+    erlang_module = "pg_file_read"
     reference_variants = ("dd",)
     reference_axes = ("cache", "block_size")
     fallback_axes = ("cache",)
@@ -240,6 +244,15 @@ class FileRead(Experiment):
     def _point(variant: str, cache: str, bind: str, workers: int, block_size: int) -> Point:
         return {"variant": variant, "cache": cache, "binding": bind,
                 "workers": workers, "block_size": block_size}
+
+    def extra_inputs(self, point: Point, config: dict[str, Any],
+                     layout: Layout) -> dict[str, str]:
+        """The test file's ready note: rule testfile generated or checked the file."""
+        return {"ready": str(layout.testfile_ready)}
+
+    def job_options(self, point: Point, section: dict[str, Any], config: dict[str, Any],
+                    layout: Layout) -> dict[str, str]:
+        return {"testfile": str(config["testfile"]["path"])}
 
     def unavailable(self, point: Point) -> str | None:
         if point["variant"] in ERLANG:

@@ -23,12 +23,15 @@ import shutil
 import statistics
 import tempfile
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
 from perfgrid import binding, erlang, httpload, httpserver
 from perfgrid.experiments.base import Case, Experiment, Metadata, Point
+
+if TYPE_CHECKING:
+    from perfgrid.paths import Layout
 
 SERVERS = (*httpserver.SERVERS, "erlang")
 #: acceptor processes of the Erlang server waiting on the listening socket
@@ -111,6 +114,8 @@ class Http(Experiment):
     work_unit = "requests"
     rate_unit = "requests/s"
     erlang_variants = ("erlang",)
+    erlang_module = "pg_http"
+    code = ("httpserver.py", "httpload.py")
 
     def grids(self, section: dict[str, Any]) -> list[dict[str, Any]]:
         """The main grid (the section's lists) and each extra grid, defaults filled in."""
@@ -156,6 +161,11 @@ class Http(Experiment):
             out["openloop_rates"] = ",".join(f"{r:g}" for r in sweep["rates"])
             out["openloop_duration_s"] = f"{sweep['duration_s']:g}"
         return out
+
+    def job_options(self, point: Point, section: dict[str, Any], config: dict[str, Any],
+                    layout: Layout) -> dict[str, str]:
+        database = section.get("database") or str(layout.root / "data" / "http.sqlite")
+        return self.options(section, point, database)
 
     def unavailable(self, point: Point) -> str | None:
         if point["variant"] == "uvloop" and (why := httpserver.uvloop_missing()):

@@ -14,17 +14,15 @@ rings of ``size`` Erlang processes (src/perfgrid/erlang/pg_ring.erl) on
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import queue
 import resource
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 from pyperf import perf_counter
@@ -32,6 +30,9 @@ from pyperf import perf_counter
 from perfgrid import binding, erlang, lifetime
 from perfgrid.eventloops import loop_factory, uvloop_missing
 from perfgrid.experiments.base import Case, Experiment, Metadata, Point, missing_tool
+
+if TYPE_CHECKING:
+    from perfgrid.paths import Layout
 
 VARIANTS = ("asyncio", "uvloop", "thread", "process_pipe", "native", "erlang")
 #: rings of Erlang processes; ``workers`` is the VM's scheduler count
@@ -293,15 +294,6 @@ def native_command(path: str, workers: int, rounds: int, plan: list[list[int]]) 
     return [path, str(workers), str(rounds), binding.describe(plan)]
 
 
-def run_native(cmd: list[str]) -> dict[str, Any]:
-    """Run the C ring once; its JSON report (seconds, set-up, CPU, switches, CPUs)."""
-    proc = subprocess.run(lifetime.command(cmd), capture_output=True, text=True, check=False,
-                          timeout=600)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{cmd[0]} exited {proc.returncode}: {proc.stderr.strip()}")
-    return json.loads(proc.stdout)
-
-
 @dataclass
 class Tally:
     """What the timed passes cost, summed over every pass of one worker process."""
@@ -324,6 +316,8 @@ class Ring(Experiment):
     rate_unit = "messages/s"
     native_variants = NATIVE
     erlang_variants = ERLANG
+    native_program = "ring"
+    erlang_module = "pg_ring"
     reference_variants = NATIVE
     reference_axes = ("workers", "binding")
     #: no fallback: a row is compared with the C ring at its own workers/binding only
@@ -353,6 +347,11 @@ class Ring(Experiment):
                 out += [{"variant": variant, "binding": b, "workers": w}
                         for w in section["workers"] for b in section["bindings"]]
         return self.keep_runtimes(out, section)
+
+    def job_options(self, point: Point, section: dict[str, Any], config: dict[str, Any],
+                    layout: Layout) -> dict[str, str]:
+        """The ring's sizes: the same for every point."""
+        return {key: str(section[key]) for key in ("rings", "size", "rounds", "worker_rounds")}
 
     def unavailable(self, point: Point) -> str | None:
         if point["variant"] in ERLANG:
@@ -439,7 +438,7 @@ class Ring(Experiment):
         workers = len(plan)
 
         def time_loops(loops: int) -> float:
-            report = run_native(native_command(path, workers, rounds * loops, plan))
+            report = lifetime.run_json(native_command(path, workers, rounds * loops, plan))
             if report["messages"] != workers * rounds * loops:
                 raise RuntimeError(f"ring: the C ring passed {report['messages']} messages")
             tally.seconds += report["seconds"]

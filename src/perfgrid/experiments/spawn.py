@@ -478,6 +478,8 @@ class Spawn(Experiment):
     rate_unit = "spawns/s"
     native_variants = NATIVE
     erlang_variants = ERLANG
+    native_program = "spawn"
+    erlang_module = "pg_spawn"
     reference_variants = NATIVE
 
     def points(self, section: dict[str, Any], config: dict[str, Any]) -> list[Point]:
@@ -565,7 +567,7 @@ class Spawn(Experiment):
                 cmd = [str(binary), variant.removeprefix("native_"), str(chains), str(total),
                        binding.describe(plan), ",".join(map(str, runner_cpus))]
                 meta["perfgrid_command"] = " ".join([*cmd[:4], "PLAN", cmd[5]])
-                time_loops = _report_timer(lambda: _run_native(cmd), total, tally)
+                time_loops = _report_timer(lambda: lifetime.run_json(cmd), total, tally)
             elif variant in ("fork", "mp_fork"):
                 runner = LeanRunner(variant, lengths, chain_plan, runner_cpus)
                 closers.append(runner.close)
@@ -649,16 +651,6 @@ def _report_timer(one_pass: Callable[[], dict[str, Any]], total: int,
         return elapsed
 
     return time_loops
-
-
-def _run_native(cmd: list[str]) -> dict[str, Any]:
-    """Run the C program once; its JSON report."""
-    proc = subprocess.run(lifetime.command(cmd), capture_output=True, text=True, check=False,
-                          timeout=600)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd[:4])} exited {proc.returncode}: "
-                           f"{proc.stderr.strip()[-500:]}")
-    return json.loads(proc.stdout)
 
 
 def _run_erlang(cmd: list[str], vm: erlang.Vm, tally: Tally) -> dict[str, Any]:

@@ -9,12 +9,10 @@ own; workers beyond the CPUs can only share them.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import select
 import signal
 import struct
-import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
@@ -241,15 +239,6 @@ def native_command(binary: str, call: str, calls_per_worker: int,
     return [binary, call, str(calls_per_worker), binding.describe(cpu_plan)]
 
 
-def run_native(cmd: list[str]) -> dict[str, Any]:
-    """Run the C program once; its JSON report."""
-    proc = subprocess.run(lifetime.command(cmd), capture_output=True, text=True, check=False,
-                          timeout=600)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{cmd[0]} exited {proc.returncode}: {proc.stderr.strip()}")
-    return json.loads(proc.stdout)
-
-
 class Tally:
     """What the passes observed, summed: calls, CPU time, each worker's own loop time."""
 
@@ -292,6 +281,7 @@ class Syscall(Experiment):
     rate_unit = "calls/s"
     native_variants = ("native",)
     erlang_variants = ("erlang",)
+    native_program = "syscall"
     reference_variants = ("native",)
     reference_axes = ("call", "binding", "workers")
     fallback_axes = ("call",)
@@ -339,7 +329,7 @@ class Syscall(Experiment):
             meta["perfgrid_command"] = " ".join(native_command(binary, call, UNROLL, plan))
 
             def time_loops(loops: int) -> float:
-                report = run_native(native_command(binary, call, loops * UNROLL, plan))
+                report = lifetime.run_json(native_command(binary, call, loops * UNROLL, plan))
                 for i, busy in enumerate(report["worker_elapsed_s"]):
                     tally.calls[i] += report["calls_per_worker"]
                     tally.busy_s[i] += busy

@@ -21,7 +21,7 @@ import resource
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pyperf import perf_counter
@@ -29,6 +29,9 @@ from pyperf import perf_counter
 from perfgrid import binding, erlang
 from perfgrid.eventloops import loop_factory, uvloop_missing
 from perfgrid.experiments.base import Case, Experiment, Metadata, Point
+
+if TYPE_CHECKING:
+    from perfgrid.paths import Layout
 
 VARIANTS = ("asyncio", "uvloop", "erlang", "erlang_smp")
 #: Erlang variant -> its scheduler count (None: one per allowed CPU)
@@ -169,6 +172,12 @@ class Timers(Experiment):
     work_unit = "timer events"
     rate_unit = "timer events/s"
     erlang_variants = tuple(ERLANG)
+    erlang_module = "pg_timers"
+
+    def job_options(self, point: Point, section: dict[str, Any], config: dict[str, Any],
+                    layout: Layout) -> dict[str, str]:
+        """The storms' seed and how often a storm logs its progress."""
+        return {"seed": str(section["seed"]), "progress": str(section["progress_s"])}
 
     def points(self, section: dict[str, Any], config: dict[str, Any]) -> list[Point]:
         """The cross product of the lists, then of each extra grid (a key left out

@@ -17,73 +17,14 @@
  * the same way.
  */
 #define _GNU_SOURCE
-#include <errno.h>
-#include <sched.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/prctl.h>
+#define PG_NAME "ring"
+#include "perfgrid.h"
+
 #include <sys/resource.h>
 #include <sys/types.h>
 #include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #define MAX_WORKERS 1024
-
-static void die(const char *what) {
-    fprintf(stderr, "ring: %s: %s\n", what, strerror(errno));
-    exit(2);
-}
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static double seconds(struct timeval tv) { return tv.tv_sec + tv.tv_usec * 1e-6; }
-
-static int parse_cpus(const char *text, const char *stop, cpu_set_t *set) {
-    CPU_ZERO(set);
-    while (text < stop && *text) {
-        char *end;
-        long cpu;
-        if (*text == ',') {
-            text++;
-            continue;
-        }
-        cpu = strtol(text, &end, 10);
-        if (end == text || cpu < 0 || cpu >= CPU_SETSIZE) return -1;
-        CPU_SET(cpu, set);
-        text = end;
-    }
-    return CPU_COUNT(set) ? 0 : -1;
-}
-
-/* "0|1|0,1" -> one set per member; returns how many lists it held. */
-static int parse_plan(const char *text, cpu_set_t *sets, int max) {
-    int n = 0;
-    while (1) {
-        const char *bar = strchr(text, '|');
-        const char *stop = bar ? bar : text + strlen(text);
-        if (n >= max || parse_cpus(text, stop, &sets[n]) != 0) return -1;
-        n++;
-        if (!bar) return n;
-        text = bar + 1;
-    }
-}
-
-/* "0,1" into buf from a CPU set. */
-static void format_cpus(const cpu_set_t *set, char *buf, size_t size) {
-    size_t used = 0;
-    buf[0] = '\0';
-    for (int cpu = 0; cpu < CPU_SETSIZE && used + 8 < size; cpu++) {
-        if (!CPU_ISSET(cpu, set)) continue;
-        used += snprintf(buf + used, size - used, used ? ",%d" : "%d", cpu);
-    }
-}
 
 /* Read one byte; 0 at end of file. */
 static int get_token(int fd, char *token) {
@@ -140,7 +81,7 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     /* die with the job that started us; the members then read end of file and exit */
     pid_t parent = getppid();
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) return 2;
+    if (die_with_parent(parent) != 0) return 2;
 
     double setup_start = now();
     for (long i = 0; i < workers; i++)
@@ -170,17 +111,10 @@ int main(int argc, char **argv) {
     double setup = now() - setup_start;
 
     /* every member's whole CPU list: unbound members of a large machine list them all */
-    static char one[CPU_SETSIZE * 6];
-    size_t size = (size_t)workers * (sizeof one + 1) + 1, used = 0;
-    char *cpus = malloc(size);
-    if (!cpus) die("malloc");
-    cpus[0] = '\0';
-    for (long i = 0; i < workers; i++) {
-        cpu_set_t had;
-        if (sched_getaffinity(i ? pids[i] : 0, sizeof had, &had) != 0) die("sched_getaffinity");
-        format_cpus(&had, one, sizeof one);
-        used += snprintf(cpus + used, size - used, i ? "|%s" : "%s", one);
-    }
+    static cpu_set_t had[MAX_WORKERS];
+    for (long i = 0; i < workers; i++)
+        if (sched_getaffinity(i ? pids[i] : 0, sizeof had[i], &had[i]) != 0)
+            die("sched_getaffinity");
 
     struct rusage before, after;
     getrusage(RUSAGE_SELF, &before);
@@ -215,8 +149,9 @@ int main(int argc, char **argv) {
     }
     printf("{\"workers\": %ld, \"rounds\": %ld, \"messages\": %ld, \"seconds\": %.9f, "
            "\"setup_seconds\": %.9f, \"user_s\": %.6f, \"sys_s\": %.6f, "
-           "\"ctx_voluntary\": %ld, \"ctx_involuntary\": %ld, \"cpus\": \"%s\"}\n",
-           workers, rounds, workers * rounds, elapsed, setup, user, sys, nvcsw, nivcsw, cpus);
-    free(cpus);
+           "\"ctx_voluntary\": %ld, \"ctx_involuntary\": %ld, \"cpus\": \"",
+           workers, rounds, workers * rounds, elapsed, setup, user, sys, nvcsw, nivcsw);
+    print_cpu_lists(had, workers);
+    printf("\"}\n");
     return 0;
 }

@@ -16,20 +16,14 @@
  * it must list CHAINS entries. RUNNER_CPUS: the CPU list of this process.
  */
 #define _GNU_SOURCE
-#include <errno.h>
+#define PG_NAME "spawn"
+#include "perfgrid.h"
+
 #include <pthread.h>
-#include <sched.h>
-#include <signal.h>
 #include <spawn.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 #include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #define MAX_CHAINS 100000
 #define TRUE_PATH "/bin/true"
@@ -54,19 +48,6 @@ struct unit {
     long left;
 };
 
-static void die(const char *what) {
-    fprintf(stderr, "spawn: %s: %s\n", what, strerror(errno));
-    exit(2);
-}
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static double seconds(struct timeval tv) { return tv.tv_sec + tv.tv_usec * 1e-6; }
-
 /* VmHWM: unlike ru_maxrss it starts afresh at exec, not at the fork before it. */
 static long peak_rss_kb(void) {
     char line[256];
@@ -77,36 +58,6 @@ static long peak_rss_kb(void) {
         if (sscanf(line, "VmHWM: %ld", &kb) == 1) break;
     fclose(status);
     return kb;
-}
-
-static int parse_cpus(const char *text, const char *stop, cpu_set_t *set) {
-    CPU_ZERO(set);
-    while (text < stop && *text) {
-        char *end;
-        long cpu;
-        if (*text == ',') {
-            text++;
-            continue;
-        }
-        cpu = strtol(text, &end, 10);
-        if (end == text || cpu < 0 || cpu >= CPU_SETSIZE) return -1;
-        CPU_SET(cpu, set);
-        text = end;
-    }
-    return CPU_COUNT(set) ? 0 : -1;
-}
-
-/* "0|1|0,1" -> one set per chain; returns how many lists it held. */
-static int parse_plan(const char *text, cpu_set_t *sets, int max) {
-    int n = 0;
-    while (1) {
-        const char *bar = strchr(text, '|');
-        const char *stop = bar ? bar : text + strlen(text);
-        if (n >= max || parse_cpus(text, stop, &sets[n]) != 0) return -1;
-        n++;
-        if (!bar) return n;
-        text = bar + 1;
-    }
 }
 
 static void chain_done(pthread_t self, int chain, int failed) {

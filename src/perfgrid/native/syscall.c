@@ -12,18 +12,12 @@
  * perfgrid.binding.describe); its number of lists is the number of workers.
  */
 #define _GNU_SOURCE
-#include <errno.h>
-#include <sched.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/prctl.h>
+#define PG_NAME "syscall"
+#include "perfgrid.h"
+
 #include <sys/resource.h>
 #include <sys/types.h>
 #include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #define MAX_WORKERS 4096
 
@@ -37,19 +31,6 @@ struct result {
 };
 
 static volatile unsigned long sink;
-
-static void die(const char *what) {
-    fprintf(stderr, "syscall: %s: %s\n", what, strerror(errno));
-    exit(2);
-}
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static double seconds(struct timeval tv) { return tv.tv_sec + tv.tv_usec * 1e-6; }
 
 /* The measured loop: the result feeds a volatile sink so no call is elided. */
 static void run_calls(enum call call, long n) {
@@ -73,39 +54,6 @@ static void run_calls(enum call call, long n) {
     sink = acc;
 }
 
-/* Parse "0,1|0|1" into one cpu_set_t per worker; returns the number of workers. */
-static int parse_plan(const char *text, cpu_set_t *sets, int max) {
-    int n = 0;
-    const char *p = text;
-    CPU_ZERO(&sets[0]);
-    while (*p) {
-        if (*p == '|') {
-            if (++n >= max) return -1;
-            CPU_ZERO(&sets[n]);
-            p++;
-        } else if (*p == ',') {
-            p++;
-        } else {
-            char *end;
-            long cpu = strtol(p, &end, 10);
-            if (end == p || cpu < 0 || cpu >= CPU_SETSIZE) return -1;
-            CPU_SET(cpu, &sets[n]);
-            p = end;
-        }
-    }
-    return n + 1;
-}
-
-static void print_cpus(const cpu_set_t *set) {
-    int first = 1;
-    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
-        if (CPU_ISSET(cpu, set)) {
-            printf(first ? "%d" : ",%d", cpu);
-            first = 0;
-        }
-    }
-}
-
 static void worker(int index, enum call call, long n, const cpu_set_t *cpus, pid_t parent,
                    int ready_w, int start_r, int result_w) {
     struct rusage before, after;
@@ -113,7 +61,7 @@ static void worker(int index, enum call call, long n, const cpu_set_t *cpus, pid
     char byte;
     double t0;
 
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(3);
+    if (die_with_parent(parent) != 0) _exit(3);
     if (sched_setaffinity(0, sizeof(cpu_set_t), cpus) != 0) _exit(4);
     if (write(ready_w, &index, sizeof index) != sizeof index) _exit(5);
     close(ready_w); /* so the parent sees EOF, not a hang, if a sibling dies early */
@@ -222,10 +170,7 @@ int main(int argc, char **argv) {
            argv[1], workers, n, elapsed, user, sys);
     for (int i = 0; i < workers; i++) printf(i ? ", %.9f" : "%.9f", results[i].elapsed_s);
     printf("], \"worker_cpus\": \"");
-    for (int i = 0; i < workers; i++) {
-        if (i) putchar('|');
-        print_cpus(&actual[i]);
-    }
+    print_cpu_lists(actual, workers);
     printf("\"}\n");
     return 0;
 }

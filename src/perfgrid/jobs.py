@@ -1,0 +1,63 @@
+"""What one benchmark job needs, asked of its experiment: its input files and options.
+
+The rule files know no experiment: workflow/rules/benchmark.smk makes one rule of the
+same shape for each registered experiment, and its input and params functions
+(common.smk) call these. "The C program only for native points, the Erlang modules
+only for erlang points" is decided here, once, from what the experiment declares.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perfgrid.experiments.base import Experiment, Point
+from perfgrid.paths import Layout
+
+#: the Erlang module every experiment's module uses
+ERLANG_UTIL = "pg_util"
+
+
+def native_program(experiment: Experiment, point: Point) -> str | None:
+    """The C program that runs ``point`` (a native point of an experiment that has one)."""
+    if experiment.native_program and experiment.runtime(point) == "native":
+        return experiment.native_program
+    return None
+
+
+def erlang_modules(experiment: Experiment, point: Point) -> list[str]:
+    """The Erlang modules ``point`` loads (an erlang point of an experiment that has one)."""
+    if experiment.erlang_module and experiment.runtime(point) == "erlang":
+        return [ERLANG_UTIL, experiment.erlang_module]
+    return []
+
+
+def inputs(experiment: Experiment, point: Point, config: dict[str, Any], layout: Layout,
+           src: str) -> dict[str, list[str]]:
+    """Named input files of ``point``'s job: what it declares, its code, program and modules.
+
+    ``src`` is the path of ``src/perfgrid`` as the workflow sees it.
+    """
+    out = {name: [str(path)] for name, path in
+           experiment.extra_inputs(point, config, layout).items()}
+    out["workload"] = [f"{src}/{path}" for path in experiment.sources()]
+    program = native_program(experiment, point)
+    out["binary"] = [str(layout.native_binary(program))] if program else []
+    out["beams"] = [f"{layout.erlang_beams}/{m}.beam" for m in erlang_modules(experiment, point)]
+    return out
+
+
+def options(experiment: Experiment, point: Point, config: dict[str, Any],
+            layout: Layout) -> dict[str, str]:
+    """``point``'s ``--option`` values: the experiment's, then its program and modules."""
+    out = dict(experiment.job_options(point, config.get(experiment.name) or {}, config, layout))
+    program = native_program(experiment, point)
+    if program:
+        out["binary"] = str(layout.native_binary(program))
+    if erlang_modules(experiment, point):
+        out["beams"] = str(layout.erlang_beams)
+    return out
+
+
+def option_words(values: dict[str, str]) -> list[str]:
+    """``--option KEY=VALUE`` words of the harness command line."""
+    return [word for key, value in values.items() for word in ("--option", f"{key}={value}")]
