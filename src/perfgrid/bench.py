@@ -28,15 +28,20 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyperf
 
-from perfgrid import binding, experiments, lifetime, noise, stats
+from perfgrid import binding, experiments, lifetime, noise
 from perfgrid.atomic import atomic_path
 from perfgrid.experiments.base import Case
+
+if TYPE_CHECKING:  # numpy and scipy stay out of the workers and fixed-repetition points
+    from perfgrid.stats import Estimate
 
 
 def _pairs(items: list[str], flag: str) -> dict[str, str]:
@@ -155,11 +160,13 @@ def _run_batch(args: argparse.Namespace, processes: int, loops: int | None,
     return pyperf.Benchmark.load(str(output))
 
 
-def point_interval(bench: pyperf.Benchmark, seed: int = 0) -> stats.Estimate:
+def point_interval(bench: pyperf.Benchmark, seed: int = 0) -> Estimate:
     """The rate of a (partly) measured point with its 95 % interval, as the table computes it."""
     groups = [list(run.values) for run in bench.get_runs() if run.values]
     runs = [run for run in bench.get_runs() if run.values]
     work = float(runs[0].get_metadata()["perfgrid_work_per_loop"]) if runs else float("nan")
+    from perfgrid import stats  # numpy and scipy: only where a target is set
+
     return stats.rate(groups, work, seed=seed)
 
 
@@ -175,8 +182,20 @@ def next_batch(processes: int, ci_rel: float, target: float) -> int:
     return max(1, min(processes, wanted))
 
 
-def measure_point(args: argparse.Namespace) -> tuple[pyperf.Benchmark, dict[str, object]]:
-    """Batches until the interval meets ``--target-ci`` or the cap stops it; how it ended."""
+def _first_batch(runner: pyperf.Runner, name: str) -> pyperf.Benchmark:
+    bench = runner.bench_time_func(name, lambda loops: 0.0)
+    if bench is None:
+        raise SystemExit(f"{name}: pyperf produced no benchmark")
+    return bench
+
+
+def measure_point(args: argparse.Namespace, first: Callable[[], pyperf.Benchmark] | None = None,
+                  ) -> tuple[pyperf.Benchmark, dict[str, object]]:
+    """Batches until the interval meets ``--target-ci`` or the cap stops it; how it ended.
+
+    ``first`` runs the first batch in this process (pyperf's Runner, once): a point
+    that needs no second batch costs no extra process. Later batches are separate runs.
+    """
     target, cap = args.target_ci, args.max_seconds
     start = time.monotonic()
     processes, loops = args.processes, args.loops
@@ -185,7 +204,8 @@ def measure_point(args: argparse.Namespace) -> tuple[pyperf.Benchmark, dict[str,
     with tempfile.TemporaryDirectory(prefix="perfgrid-batches-") as tmp:
         for index in range(1, 10_000):
             began = time.monotonic()
-            batch = _run_batch(args, processes, loops, Path(tmp), index)
+            batch = (first() if first is not None and index == 1
+                     else _run_batch(args, processes, loops, Path(tmp), index))
             # the slowest batch so far, per process (its start-up included): no overshoot
             per_process = max(per_process, (time.monotonic() - began) / processes)
             if merged is None:
@@ -196,6 +216,8 @@ def measure_point(args: argparse.Namespace) -> tuple[pyperf.Benchmark, dict[str,
             if target is None:
                 return merged, {"perfgrid_batches": index,
                                 "perfgrid_measure_seconds": round(spent, 3)}
+            from perfgrid import stats  # numpy and scipy: only where a target is set
+
             estimate = point_interval(merged)
             ci, total = estimate.ci_rel, merged.get_nrun()
             outcome = {"perfgrid_batches": index, "perfgrid_measure_seconds": round(spent, 3),
@@ -292,7 +314,7 @@ def main(argv: list[str] | None = None) -> None:
         busy = noise.wait_until_quiet(args.busy_share)
         before = noise.snapshot()
         print(f"perfgrid: measuring {name}", file=sys.stderr, flush=True)
-        bench, outcome = measure_point(args)
+        bench, outcome = measure_point(args, first=lambda: _first_batch(runner, name))
         drift = noise.drift(before, noise.snapshot(), args.steal_share)
         finished = time.time()
     if args.round is not None:
