@@ -159,15 +159,17 @@ CONFIG = {
 }
 
 
-def copy_workflow(root: Path) -> Path:
-    """A copy of the workflow under ``root`` (so tests may edit it), with ``tiny.yaml``."""
+def copy_workflow(root: Path, config: dict | None = CONFIG) -> Path:
+    """A copy of the workflow under ``root`` (so tests may edit it), with ``config`` as
+    ``tiny.yaml`` (none with None)."""
     for name in ("Snakefile", "workflow", "config", "profiles", "src"):
         src = REPO / name
         if src.is_dir():
             shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(src, root / name)
-    (root / "tiny.yaml").write_text(yaml.safe_dump(CONFIG))
+    if config is not None:
+        (root / "tiny.yaml").write_text(yaml.safe_dump(config))
     return root
 
 

@@ -184,7 +184,7 @@ ROUNDS_CONFIG = {
         "variants": ["python"], "calls": ["getuid", "getppid"], "workers": [1, 2],
         "bindings": ["none"],
         "measure": {"processes": 2, "values": 2, "warmups": 0, "loops": 200,
-                    "target_ci": 0.2, "max_seconds": 6, "rounds": 2},
+                    "target_ci": 0.2, "max_seconds": 3, "rounds": 2},
     },
 }
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,8 @@ import pandas as pd
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from helpers import REPO, copy_workflow
+
 GUIDE = REPO / "docs" / "adding-an-experiment.md"
 
 pytestmark = pytest.mark.pipeline
@@ -49,12 +49,7 @@ def add_toy(root: Path) -> None:
 def test_the_guides_toy_experiment_runs_to_the_report(tmp_path):
     root = tmp_path / "repo"
     root.mkdir()
-    for name in ("Snakefile", "workflow", "config", "profiles", "src"):
-        source = REPO / name
-        if source.is_dir():
-            shutil.copytree(source, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(source, root / name)
+    copy_workflow(root, None)
     add_toy(root)
     config = {"host": "toy", "experiments": ["toy"], "results": str(tmp_path / "results"),
               "toy": {"sizes": [100, 10000]},

@@ -17,9 +17,8 @@ from pathlib import Path
 import pandas as pd
 import pyperf
 import pytest
-import yaml
 
-from helpers import REPO, SNAKEMAKE
+from helpers import SNAKEMAKE, copy_workflow
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.slurm]
 
@@ -92,14 +91,7 @@ def _resources(partition: str) -> list[str]:
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory, partition) -> Path:
     """A copy of the workflow after a local run (host `local`) and a SLURM run (host `slurm`)."""
-    root = tmp_path_factory.mktemp("slurmtree")
-    for name in ("Snakefile", "workflow", "config", "profiles", "src"):
-        src = REPO / name
-        if src.is_dir():
-            shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(src, root / name)
-    (root / "tiny.yaml").write_text(yaml.safe_dump(CONFIG))
+    root = copy_workflow(tmp_path_factory.mktemp("slurmtree"), CONFIG)
     local = _snakemake(root, "local", "--cores", "2")
     assert local.returncode == 0, (local.stdout + local.stderr)[-4000:]
     slurm = _snakemake(root, "slurm", "--profile", "profiles/slurm", *_resources(partition),

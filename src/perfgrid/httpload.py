@@ -106,17 +106,11 @@ async def _read_answer(reader: asyncio.StreamReader) -> tuple[int, bytes, bool]:
     return status, body, keep
 
 
-class _Builtin:
-    def __init__(self, port: int, requests: int, concurrency: int, keepalive: bool) -> None:
-        self.port = port
-        self.requests = requests
-        self.concurrency = concurrency
-        self.keepalive = keepalive
-        self.payload = _request_bytes(keepalive)
-        self.issued = 0
-        self.stopped = False
+class Tally:
+    """What a load client counts of the answers: the counter check reads ``values``."""
+
+    def __init__(self) -> None:
         self.ok = self.non2xx = self.errors = 0
-        self.latencies: list[float] = []
         self.values: list[int] = []
         self.error_kinds: dict[str, int] = {}
 
@@ -124,6 +118,30 @@ class _Builtin:
         self.errors += 1
         kind = type(err).__name__
         self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
+
+    def _answer(self, status: int, body: bytes) -> None:
+        """One answer: a 2xx carries the counter's previous value."""
+        if 200 <= status < 300:
+            self.ok += 1
+            try:
+                self.values.append(int(body))
+            except ValueError as err:
+                self._error(err)
+        else:
+            self.non2xx += 1
+
+
+class _Builtin(Tally):
+    def __init__(self, port: int, requests: int, concurrency: int, keepalive: bool) -> None:
+        super().__init__()
+        self.port = port
+        self.requests = requests
+        self.concurrency = concurrency
+        self.keepalive = keepalive
+        self.payload = _request_bytes(keepalive)
+        self.issued = 0
+        self.stopped = False
+        self.latencies: list[float] = []
 
     async def _connection(self) -> None:
         reader = writer = None
@@ -145,14 +163,7 @@ class _Builtin:
                     reader = writer = None
                     continue
                 self.latencies.append((perf_counter() - started) * 1000.0)
-                if 200 <= status < 300:
-                    self.ok += 1
-                    try:
-                        self.values.append(int(body))
-                    except ValueError as err:
-                        self._error(err)
-                else:
-                    self.non2xx += 1
+                self._answer(status, body)
                 if not (self.keepalive and keep):
                     writer.close()
                     reader = writer = None

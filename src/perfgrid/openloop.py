@@ -65,9 +65,10 @@ class Step:
     hdr: str  # the histogram, HdrHistogram's compressed base64 encoding
 
 
-class _OpenLoop:
+class _OpenLoop(httpload.Tally):
     def __init__(self, port: int, rate: float, count: int, concurrency: int,
                  keepalive: bool) -> None:
+        super().__init__()
         self.port, self.rate, self.count = port, rate, count
         self.keepalive = keepalive
         self.payload = httpload._request_bytes(keepalive)
@@ -75,16 +76,9 @@ class _OpenLoop:
         self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
         self.hist = HdrHistogram(*HDR_RANGE)
         self.lag = HdrHistogram(*HDR_RANGE)
-        self.values: list[int] = []
-        self.sent = self.ok = self.non2xx = self.errors = 0
+        self.sent = 0
         self.stopped = False
         self.last_answer = 0.0
-        self.error_kinds: dict[str, int] = {}
-
-    def _error(self, err: BaseException) -> None:
-        self.errors += 1
-        kind = type(err).__name__
-        self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
 
     async def _one(self, scheduled: float) -> None:
         async with self.slots:
@@ -108,14 +102,7 @@ class _OpenLoop:
             now = perf_counter()
             self.last_answer = now
             self.hist.record_value(max(1, round((now - scheduled) * 1e6)))
-            if 200 <= status < 300:
-                self.ok += 1
-                try:
-                    self.values.append(int(body))
-                except ValueError as err:
-                    self._error(err)
-            else:
-                self.non2xx += 1
+            self._answer(status, body)
             if self.keepalive and keep:
                 self.idle.append(conn)
             else:
