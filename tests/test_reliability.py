@@ -31,7 +31,9 @@ GRID = {
         "variants": ["read", "readinto", "dd"],
         "block_sizes": [1024, 4096, 65536],
         "caches": ["warm"],
-        "measure": {"processes": 1, "values": 3, "warmups": 1, "loops": 1, "target_ci": None},
+        # enough values that an interrupt lands before the last point, even on a busy machine
+        "measure": {"processes": 1, "values": 8, "warmups": 1, "loops": 1, "target_ci": None,
+                    "claims": {"processes": 1, "values": 8, "target_ci": None}},
     },
 }
 POINTS = 9
@@ -83,7 +85,7 @@ def assert_complete(workdir: Path) -> None:
     files = results(workdir)
     assert len(files) == POINTS
     for path in files:
-        assert len(pyperf.Benchmark.load(str(path)).get_values()) == 3
+        assert len(pyperf.Benchmark.load(str(path)).get_values()) == 8
     assert not list((workdir / "results").rglob(".*.tmp*"))
 
 

@@ -25,11 +25,11 @@ CONFIG = {
     "syscall": {"variants": ["python"], "calls": ["getuid"], "workers": "auto",
                 "bindings": ["none", "compact", "spread"],
                 "measure": {"processes": 1, "values": 1, "warmups": 0, "loops": 20,
-                            "claims": {"processes": 1, "values": 1}}},
+                            "claims": {"processes": 1, "values": 1, "target_ci": None}}},
     "ring": {"variants": ["thread"], "workers": "auto", "bindings": ["none", "spread"],
              "worker_rounds": 50,
              "measure": {"processes": 1, "values": 1, "warmups": 0, "loops": 1,
-                         "claims": {"processes": 1, "values": 1}}},
+                         "claims": {"processes": 1, "values": 1, "target_ci": None}}},
 }
 
 
