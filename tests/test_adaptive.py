@@ -123,6 +123,32 @@ def test_a_target_without_a_cap_is_refused_naming_the_key():
         settings.effective(cfg, check_disk=False)
 
 
+def test_claim_rounds_make_more_jobs_at_claim_points_only():
+    cfg = {"experiments": ["syscall"],
+           "syscall": {"variants": ["python"], "calls": ["getuid", "getppid"], "workers": [1, 2],
+                       "bindings": ["none", "spread"],
+                       "measure": {"max_seconds": 30, "rounds": 1,
+                                   "claims": {"rounds": 3, "max_seconds": 30}}}}
+    cfg = settings.effective(cfg, check_disk=False)
+    jobs = settings.jobs(cfg)
+    rounds: dict[str, int] = {}
+    for job in jobs:
+        key = json.dumps(job.point, sort_keys=True)
+        rounds[key] = max(rounds.get(key, 0), job.round)
+    claimed = {json.dumps(p, sort_keys=True) for p in settings.grid(cfg, "syscall")
+               if get("syscall").used_by_claims(p)}
+    assert claimed and len(rounds) == 8
+    assert {k: r for k, r in rounds.items() if r == 3}.keys() == claimed
+    assert len(jobs) == 8 + 2 * len(claimed)
+    assert settings.rounds_of(cfg, "syscall") == 3  # the results are folders of rounds
+    point = json.loads(next(iter(claimed)))
+    words = settings.measure_args(cfg, "syscall", point)
+    assert words[words.index("--max-seconds") + 1] == "10"  # the cap shared by 3 rounds
+    other = {**point, "call": "getppid"}
+    words = settings.measure_args(cfg, "syscall", other)
+    assert words[words.index("--max-seconds") + 1] == "30"
+
+
 def test_rounds_split_the_target_and_the_cap_between_their_jobs():
     cfg = {"syscall": {"measure": {"processes": 2, "target_ci": 0.03, "max_seconds": 60,
                                    "rounds": 4}}}
@@ -181,10 +207,12 @@ ROUNDS_CONFIG = {
     "noise": {"busy_share": 1.0},  # plumbing, not a measurement: never wait
     "order": {"shuffle": True, "seed": 5},
     "syscall": {
-        "variants": ["python"], "calls": ["getuid", "getppid"], "workers": [1, 2],
-        "bindings": ["none"],
+        "variants": ["python"], "calls": ["getuid"], "workers": [1, 2],
+        "bindings": ["none", "spread"],  # spread: the points claims compare
         "measure": {"processes": 2, "values": 2, "warmups": 0, "loops": 200,
-                    "target_ci": 0.2, "max_seconds": 3, "rounds": 2},
+                    "target_ci": 0.2, "max_seconds": 3, "rounds": 1,
+                    "claims": {"processes": 2, "values": 2, "target_ci": 0.2,
+                               "max_seconds": 3, "rounds": 2}},
     },
 }
 
@@ -205,10 +233,13 @@ def test_rounds_run_in_the_planned_order_and_merge_in_the_table(tmp_path):
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     root = tmp_path / "results" / "rounds"
     table = pd.read_csv(root / "tables" / "syscall.csv")
-    assert len(table) == 4 and set(table["n_rounds"]) == {2}
-    assert set(table["ci_method"]) <= {stats.METHOD_ROUNDS, stats.METHOD_NONE}
-    assert table["converged"].notna().all() and table["stop"].str.contains("round 1:").all()
-    assert (table["n_processes"] >= 4).all()  # two rounds of at least 2 processes each
+    assert len(table) == 4
+    claimed = table[table["binding"] == "spread"]  # two rounds; the rest one job each
+    assert list(claimed["n_rounds"]) == [2, 2] and set(table["n_rounds"]) == {1, 2}
+    assert set(claimed["ci_method"]) <= {stats.METHOD_ROUNDS, stats.METHOD_NONE}
+    assert claimed["stop"].str.contains("round 1:").all()
+    assert (claimed["n_processes"] >= 4).all()  # two rounds of at least 2 processes each
+    assert table["converged"].notna().all()
     assert "## Precision" in (root / "report.md").read_text()
     # the jobs started in the planned order (their Snakemake priorities)
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())

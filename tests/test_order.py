@@ -118,3 +118,32 @@ def test_interleaved_rounds_keep_each_seeds_drift_effect_small():
     effects = [measured_effect(shuffle=True, seed=s, rounds=4) for s in range(1, 21)]
     print(f"4 rounds: effects {min(effects):+.2%}..{max(effects):+.2%}")
     assert max(abs(e) for e in effects) <= 0.03
+
+
+# -- rounds at some points only (measure.claims.rounds) ------------------------------------------
+def mixed_jobs(points: int = 60, with_rounds: int = 12, rounds: int = 3) -> list[order.Job]:
+    """``points`` points of one axis; the first ``with_rounds`` measured in ``rounds`` jobs."""
+    return [order.Job("toy", {"level": p}, r) for r in range(1, rounds + 1)
+            for p in range(points) if r == 1 or p < with_rounds]
+
+
+@pytest.mark.parametrize("seed", range(1, 6))
+def test_rounds_of_some_points_lie_a_phase_apart_and_the_rest_spread_evenly(seed):
+    jobs = mixed_jobs()
+    plan = order.planned(jobs, True, seed)
+    assert sorted(map(repr, plan)) == sorted(map(repr, jobs))
+    third = len(plan) / 3
+    place = {(job.point["level"], job.round): i for i, job in enumerate(plan)}
+    for p in range(12):  # round r of a point with rounds runs in the r-th third of the run
+        for r in (1, 2, 3):
+            assert (r - 1) * third - 1 <= place[(p, r)] < r * third + 1, (p, r, place[(p, r)])
+    # the points measured once share the thirds evenly (16 each, the 48 spread by the seed)
+    once = [place[(p, 1)] for p in range(12, 60)]
+    counts = np.histogram(once, bins=[0, third, 2 * third, len(plan)])[0]
+    assert list(counts) == [16, 16, 16]
+
+
+def test_sorted_order_keeps_points_measured_once_in_the_first_phase():
+    plan = order.planned(mixed_jobs(), False, 0)
+    assert [job.round for job in plan] == [1] * 60 + [2] * 12 + [3] * 12
+    assert plan == sorted(plan, key=lambda job: (job.round, job.point["level"]))

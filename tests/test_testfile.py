@@ -196,7 +196,7 @@ TINY = {"host": "tiny", "experiments": ["file_read"], "noise": {"busy_share": 1.
         "testfile": {"size": "64KiB", "seed": 3},
         "file_read": {"variants": ["whole"], "caches": ["warm"], "runtimes": ["python"],
                       "measure": {"processes": 1, "values": 1, "warmups": 0, "loops": 1,
-                                  "target_ci": None, "claims": {"target_ci": None}}}}
+                                  "target_ci": None, "claims": {"target_ci": None, "rounds": 1}}}}
 
 
 def _tiny(folder, **testfile_keys):

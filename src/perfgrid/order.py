@@ -16,7 +16,9 @@ It is still a random order, so drift in time and any axis stay unrelated.
 
 With ``measure.rounds: R`` each point is R jobs (asv's interleaved rounds):
 round 1 of every point comes first, in its own shuffled order, then round 2
-in another, and so on, so each point's rounds are spread over the run.
+in another, and so on, so each point's rounds are spread over the run. With
+``measure.claims.rounds`` only the points claims compare get rounds; the
+points measured once are spread evenly over the same phases.
 ``order.shuffle: false`` keeps the grid's sorted order (experiment by
 experiment, each grid in its axes' order, round by round).
 """
@@ -51,21 +53,44 @@ class Job:
 def planned(jobs: list[Job], shuffle: bool, seed: int, draws: int = DRAWS) -> list[Job]:
     """``jobs`` (in sorted order) in the order they should run.
 
-    Rounds run one after another; inside each round the jobs are permuted
-    with a generator seeded by ``(seed, round)`` (the best balanced of
-    ``draws`` permutations), or kept sorted.
+    The run is cut into as many phases as the most rounds any point has.
+    Round r of every point runs in phase r; a point with fewer rounds than
+    phases (measured once where only the points claims compare get rounds)
+    is assigned to one phase by the seed (sorted: the first), so that every
+    phase carries an even share of the grid and each point's rounds lie a
+    phase apart in time.
+    Inside each phase the jobs are permuted with a generator seeded by
+    ``(seed, phase)`` (the best balanced of ``draws`` permutations), or kept
+    sorted.
     """
+    rounds_of: dict[tuple[str, str], int] = {}
+    for job in jobs:
+        point = _point_key(job)
+        rounds_of[point] = max(rounds_of.get(point, 0), job.round)
+    phases = max(rounds_of.values(), default=1)
+    start_of = {point: 1 for point in rounds_of}
+    fewer = [point for point, rounds in rounds_of.items() if rounds < phases]
+    if fewer and shuffle:  # sorted: they all stay in the first phase
+        rng = np.random.default_rng([seed, 0])
+        for phase, share in enumerate(np.array_split(rng.permutation(len(fewer)), phases), 1):
+            for i in share:  # a point's later rounds follow its first, a phase apart
+                start_of[fewer[i]] = min(phase, phases - rounds_of[fewer[i]] + 1)
+    phase_of = {id(job): start_of[_point_key(job)] + job.round - 1 for job in jobs}
     out = []
-    for r in sorted({job.round for job in jobs}):
-        in_round = [job for job in jobs if job.round == r]
-        if shuffle and len(in_round) > 1:
-            rng = np.random.default_rng([seed, r])
-            axes = numeric_axes(in_round)
-            perms = [rng.permutation(len(in_round)) for _ in range(draws)]
+    for phase in range(1, phases + 1):
+        in_phase = [job for job in jobs if phase_of[id(job)] == phase]
+        if shuffle and len(in_phase) > 1:
+            rng = np.random.default_rng([seed, phase])
+            axes = numeric_axes(in_phase)
+            perms = [rng.permutation(len(in_phase)) for _ in range(draws)]
             best = min(perms, key=lambda perm: imbalance(perm, axes))
-            in_round = [in_round[i] for i in best]
-        out.extend(in_round)
+            in_phase = [in_phase[i] for i in best]
+        out.extend(in_phase)
     return out
+
+
+def _point_key(job: Job) -> tuple[str, str]:
+    return job.experiment, repr(sorted(job.point.items()))
 
 
 def numeric_axes(jobs: list[Job]) -> dict[str, tuple[np.ndarray, np.ndarray]]:

@@ -369,7 +369,10 @@ PRECISION_TEXT = ("Precision: points with a 95 % interval, those whose half-widt
                   "interval met the target before the cap (measure.max_seconds) stopped them.")
 VERDICT_TEXT = ("A verdict is decided by the 95 % interval of the compared quantity: reproduced "
                 "or not reproduced only when the whole interval lies on one side of the "
-                "threshold.")
+                "threshold. An interval over rounds (ci_method \"hierarchical bootstrap over "
+                "rounds\": jobs spread over the run, measure.claims.rounds) holds the machine's "
+                "drift over the run; one over the processes of one job holds only the noise "
+                "of that moment, and a second run may differ by more.")
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;

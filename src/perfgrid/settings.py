@@ -315,7 +315,11 @@ def effective(config: dict[str, Any], check_disk: bool = True) -> dict[str, Any]
 
     for name in cfg["experiments"]:
         section = cfg.setdefault(name, {})
-        section["measure"] = {**cfg.get("measure", {}), **(section.get("measure") or {})}
+        common, own = cfg.get("measure", {}), section.get("measure") or {}
+        section["measure"] = {**common, **own}
+        if "claims" in common or "claims" in own:  # claims too, key by key
+            section["measure"]["claims"] = {**(common.get("claims") or {}),
+                                            **(own.get("claims") or {})}
         _check_cap(section["measure"], f"{name}.measure")
     for name in cfg["experiments"]:
         try:  # what only the grid shows (http concurrency above requests, ...)
@@ -392,9 +396,15 @@ def measure_of(cfg: dict[str, Any], experiment: str,
     return measure
 
 
-def rounds_of(cfg: dict[str, Any], experiment: str) -> int:
-    """How many jobs (rounds) measure each point of ``experiment``."""
-    return int(cfg[experiment]["measure"].get("rounds") or 1)
+def rounds_of(cfg: dict[str, Any], experiment: str,
+              point: dict[str, Any] | None = None) -> int:
+    """How many jobs (rounds) measure ``point``; without a point, the most any point of
+    ``experiment`` may have (whether its results are folders of rounds)."""
+    if point is not None:
+        return int(measure_of(cfg, experiment, point).get("rounds") or 1)
+    measure = cfg[experiment]["measure"]
+    claims = measure.get("claims") or {}
+    return max(int(measure.get("rounds") or 1), int(claims.get("rounds") or 1))
 
 
 def measure_args(cfg: dict[str, Any], experiment: str,
@@ -411,7 +421,7 @@ def measure_args(cfg: dict[str, Any], experiment: str,
         value = measure.get(key)
         if value is not None:
             args += [f"--{key}", str(value)]
-    rounds = rounds_of(cfg, experiment)
+    rounds = rounds_of(cfg, experiment, point)
     if measure.get("target_ci") is not None:
         args += ["--target-ci", f"{measure['target_ci'] * math.sqrt(rounds):.6g}"]
     if measure.get("max_seconds") is not None:
@@ -425,7 +435,7 @@ def jobs(cfg: dict[str, Any]) -> list[order.Job]:
     for experiment in cfg["experiments"]:
         points, _ = split_grid(cfg, experiment)
         out += [order.Job(experiment, p, r) for r in range(1, rounds_of(cfg, experiment) + 1)
-                for p in points]
+                for p in points if r <= rounds_of(cfg, experiment, p)]
     return out
 
 
