@@ -27,7 +27,7 @@ FULL = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
 
 #: the Debian package that provides each tool the Makefile installs (`TEST_DEBS`)
 PACKAGE_OF = {"fio": "fio", "ab": "apache2-utils", "cc": "gcc", "erl": "erlang-nox",
-              "chromium": "chromium", "dd": "coreutils"}
+              "chromium": "chromium", "dd": "coreutils", "perf": "linux-perf"}
 
 
 def in_ci() -> bool:
