@@ -54,6 +54,8 @@ RING_LIST = ("allowed: one of ['auto'] or a list of (a whole number without a de
 MEASURE_KEYS = ("allowed keys: ['claims', 'loops', 'max_seconds', 'processes', 'rounds', "
                 "'target_ci', 'values', 'warmups']")
 REJECTED = [
+    ({'measure.counters': 'some'},
+     'measure.counters', "allowed: one of ['claims', 'all', 'none']"),
     ({'file_read.bindings': ['loose']},
      'file_read.bindings[0]', "allowed: one of ['none', 'single', 'compact', 'spread']"),
     ({'file_read.bindings': []},
