@@ -51,7 +51,7 @@ EVENTS: dict[str, tuple[str, float]] = {
 }
 #: every column a counting pass may add (the table has them all, NaN where not counted)
 COLUMNS = ("counters", "counters_scope", "counters_units", "counters_unsupported",
-           "counters_seconds", "cpu_sys_share", "cpus_utilized",
+           "counters_seconds", "counters_loops_s", "cpu_sys_share", "cpus_utilized",
            *(column for column, _ in EVENTS.values()))
 OK = "ok"
 #: ``counters`` of a point the config did not count
@@ -184,6 +184,7 @@ def count_point(experiment: str, point: list[str], options: list[str], loops: in
         meta["perfgrid_cpus_utilized"] = parsed.values["task-clock"] / 1e3 / facts["elapsed_s"]
     meta.update(perfgrid_counters=OK, perfgrid_counters_scope=scope(runtime),
                 perfgrid_counters_units=facts["units"],
+                perfgrid_counters_loops_s=round(facts["elapsed_s"], 6),
                 perfgrid_counters_seconds=round(time.monotonic() - started, 3))
     return meta
 
