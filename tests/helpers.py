@@ -144,6 +144,9 @@ CONFIG = {
     # a plumbing test, not a measurement: never wait; and a CV threshold every point with
     # two different values exceeds, so the report's "Flagged points" section is exercised
     "noise": {"busy_share": 1.0, "cv_threshold": 1e-9},
+    # no counting passes (~15 s a run here): tests/test_counters.py runs one through the
+    # harness, and the pipeline tests run several pipelines
+    "measure": {"counters": "none"},
     "testfile": {"size": "8MiB", "seed": 3},
     "file_read": {
         "variants": ["read", "readinto", "readinto_unaligned", "whole", "pread_parallel", "dd",
