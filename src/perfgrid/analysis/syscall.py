@@ -152,8 +152,10 @@ def claims(table: pd.DataFrame) -> list[Claim]:
         hyp = "Bound workers scale syscalls linearly with cores (seed: 8 workers, ~3.7 M/s each)"
         crit = f"getuid, {bind or 'spread'} binding: rate at 2 workers >= {LINEAR}x rate at 1"
         one, two = rate_at(rows, workers=1), rate_at(rows, workers=2)
-        because = why(rows, SCALING_COUNTERS, {"1 worker": {"workers": 1},
-                                               "2 workers": {"workers": 2}})
+        mine = getuid[getuid["runtime"] == runtime] if len(getuid) else getuid
+        because = why(mine, SCALING_COUNTERS,
+                      {f"{w}w {b}": {"workers": w, "binding": b}
+                       for w, b in ((1, bind), (2, bind), (2, "none"))})
         if one and two and cpus >= 2:
             out.append(judged(NAME, hyp, crit, two / one, ">=", LINEAR,
                               f"({one / 1e6:.2f} -> {two / 1e6:.2f} M calls/s)", runtime,
