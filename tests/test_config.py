@@ -51,7 +51,7 @@ WORKER_LIST = ("allowed: one of ['auto'] or a list of (a whole number without a 
                ">= 1 and <=")
 RING_LIST = ("allowed: one of ['auto'] or a list of (a whole number without a decimal point "
              ">= 2 and <=")
-MEASURE_KEYS = ("allowed keys: ['claims', 'loops', 'max_seconds', 'processes', 'rounds', "
+MEASURE_KEYS = ("allowed keys: ['claims', 'counters', 'loops', 'max_seconds', 'processes', 'rounds', "
                 "'target_ci', 'values', 'warmups']")
 REJECTED = [
     ({'measure.counters': 'some'},
