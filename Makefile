@@ -6,7 +6,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 CORES  ?= 16
 # Debian packages the benchmarks compare against; missing ones are skipped, never faked.
-DEBS   ?= fio apache2-utils gcc erlang-nox
+# linux-perf: perf stat, for the kernel counters (perfgrid.counters)
+DEBS   ?= fio apache2-utils gcc erlang-nox linux-perf
 # ... and what the tests use besides: a real browser for the report check.
 TEST_DEBS ?= $(DEBS) chromium
 

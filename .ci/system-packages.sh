@@ -14,7 +14,8 @@ give_up() {
     echo "perfgrid: $*" >&2
     exit 0
 }
-declare -A tool_of=([fio]=fio [apache2-utils]=ab [gcc]=cc [erlang-nox]=erl [chromium]=chromium)
+declare -A tool_of=([fio]=fio [apache2-utils]=ab [gcc]=cc [erlang-nox]=erl [chromium]=chromium
+                 [linux-perf]=perf)
 missing=()
 for pkg in "$@"; do
     tool=${tool_of[$pkg]:-$pkg}

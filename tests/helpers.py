@@ -27,7 +27,7 @@ FULL = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
 
 #: the Debian package that provides each tool the Makefile installs (`TEST_DEBS`)
 PACKAGE_OF = {"fio": "fio", "ab": "apache2-utils", "cc": "gcc", "erl": "erlang-nox",
-              "chromium": "chromium", "dd": "coreutils"}
+              "chromium": "chromium", "dd": "coreutils", "perf": "linux-perf"}
 
 
 def in_ci() -> bool:
@@ -144,6 +144,9 @@ CONFIG = {
     # a plumbing test, not a measurement: never wait; and a CV threshold every point with
     # two different values exceeds, so the report's "Flagged points" section is exercised
     "noise": {"busy_share": 1.0, "cv_threshold": 1e-9},
+    # no counting passes (~15 s a run here): tests/test_counters.py runs one through the
+    # harness, and the pipeline tests run several pipelines
+    "measure": {"counters": "none"},
     "testfile": {"size": "8MiB", "seed": 3},
     "file_read": {
         "variants": ["read", "readinto", "readinto_unaligned", "whole", "pread_parallel", "dd",

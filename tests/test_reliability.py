@@ -27,6 +27,7 @@ GRID = {
     "host": "rel",
     "experiments": ["file_read"],
     "noise": {"busy_share": 1.0},  # these runs test plumbing, not figures: never wait
+    "measure": {"counters": "none"},  # nor count
     "testfile": {"size": "32MiB", "seed": 5},
     "file_read": {
         "variants": ["read", "readinto", "dd"],

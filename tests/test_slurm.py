@@ -25,6 +25,7 @@ pytestmark = [pytest.mark.pipeline, pytest.mark.slurm]
 CONFIG = {
     "experiments": ["file_read"],
     "noise": {"busy_share": 1.0},  # measure at once: the point is where, not how fast
+    "measure": {"counters": "none"},  # no counting passes: not what this test is about
     "testfile": {"size": "8MiB", "seed": 3},
     "file_read": {
         "variants": ["read", "pread_parallel"],

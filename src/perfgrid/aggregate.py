@@ -3,7 +3,9 @@
 One row per grid point, with the experiment's axes as columns, pyperf's
 statistics of the per-loop time, the rate (work per second) and the ratio
 to the native baseline measured in the same run. Every ``perfgrid_*``
-metadata key of the result becomes a column without its prefix.
+metadata key of the result becomes a column without its prefix; every table has
+the kernel counters' columns (:data:`perfgrid.counters.COLUMNS`), NaN where a
+point was not counted and ``counters`` saying why.
 
 A result is taken only at its own path: the point, experiment and runtime it
 records must be the ones its path stands for (``paths.Layout.raw_result``),
@@ -20,7 +22,7 @@ from typing import Any
 import pandas as pd
 import pyperf
 
-from perfgrid import experiments, stats
+from perfgrid import counters, experiments, stats
 from perfgrid.paths import Layout
 
 COMMON_COLUMNS = [
@@ -233,9 +235,11 @@ def build_table(experiment_name: str, paths: list[str | Path]) -> pd.DataFrame:
         seen[key] = path
         rows.append(row)
     table = pd.DataFrame(rows)
-    for column in COMMON_COLUMNS:
+    for column in (*COMMON_COLUMNS, *counters.COLUMNS):
         if column not in table:
             table[column] = pd.NA
+    table["counters"] = table["counters"].astype(object).where(table["counters"].notna(),
+                                                               counters.NOT_COUNTED)
     table["ratio_to_native"] = experiment.ratio_to_native(table) if len(table) else []
     extra = [c for c in table.columns if c not in COMMON_COLUMNS]
     return table[COMMON_COLUMNS + sorted(extra)].sort_values(

@@ -2,7 +2,7 @@
 
     python -m perfgrid.bench EXPERIMENT --point AXIS=VALUE ... \
         --option KEY=VALUE ... --result PATH [--target-ci 0.03 --max-seconds 60]
-        [pyperf options]
+        [--counters] [pyperf options]
 
 The job's process (the point manager) holds an exclusive lock for the whole
 point, so no two benchmark jobs ever measure at the same time, and measures
@@ -11,7 +11,9 @@ in batches: each batch is one pyperf run (this module again, with
 95 % interval of the rate meets ``--target-ci`` or the next batch would pass
 ``--max-seconds`` (pyperf's Runner measures once per process, so batches are
 separate pyperf runs; later batches reuse the first one's calibrated loops).
-Without a target, one batch of ``--processes`` is the whole point. pyperf
+Without a target, one batch of ``--processes`` is the whole point. With
+``--counters``, one untimed counting pass under ``perf stat`` follows, still
+under the lock (perfgrid.counters). pyperf
 re-executes this module for each worker process; our own options travel to
 the workers through ``add_cmdline_args``. The result is written atomically
 (temporary name, rename), with how the point stopped and what drifted.
@@ -36,7 +38,7 @@ from typing import TYPE_CHECKING
 
 import pyperf
 
-from perfgrid import binding, experiments, lifetime, noise
+from perfgrid import binding, counters, experiments, lifetime, noise
 from perfgrid.atomic import atomic_path
 from perfgrid.experiments.base import Case
 
@@ -44,7 +46,8 @@ if TYPE_CHECKING:  # numpy and scipy stay out of the workers and fixed-repetitio
     from perfgrid.stats import Estimate
 
 
-def _pairs(items: list[str], flag: str) -> dict[str, str]:
+def pairs(items: list[str], flag: str) -> dict[str, str]:
+    """``{KEY: VALUE}`` from repeated ``KEY=VALUE`` words of ``flag``."""
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -130,6 +133,8 @@ def _slurm_metadata() -> dict[str, str]:
 #: the point manager's own options, not passed on to a batch (which gets its own)
 MANAGER_OPTIONS = ("--result", "--lock", "--busy-share", "--steal-share", "--target-ci",
                    "--max-seconds", "--round", "--processes", "--loops", "-p", "-l")
+#: ... and its own flags, which take no value
+MANAGER_FLAGS = ("--counters",)
 
 
 def batch_argv(argv: list[str], processes: int, loops: int | None, output: Path) -> list[str]:
@@ -141,6 +146,8 @@ def batch_argv(argv: list[str], processes: int, loops: int | None, output: Path)
             skip = False
             continue
         name = word.split("=", 1)[0]
+        if word in MANAGER_FLAGS:
+            continue
         if name in MANAGER_OPTIONS:
             skip = "=" not in word
             continue
@@ -248,6 +255,19 @@ def measure_point(args: argparse.Namespace, first: Callable[[], pyperf.Benchmark
     raise AssertionError("unreachable: the cap ends every point")
 
 
+def count(experiment: experiments.Experiment, point: dict, args: argparse.Namespace,
+          bench: pyperf.Benchmark) -> dict[str, object]:
+    """The point's counting pass (one value's loops, untimed), or why it has none."""
+    why = experiment.uncountable(point)
+    if why:
+        return {"perfgrid_counters": why}
+    value_s = bench.mean() * bench.get_total_loops()
+    print(f"perfgrid: counting {bench.get_loops()} loops under perf stat", file=sys.stderr,
+          flush=True)
+    return counters.count_point(experiment.name, args.point, args.option, bench.get_loops(),
+                                experiment.runtime(point), timeout=120 + 10 * value_s)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--hook" not in argv:
@@ -276,6 +296,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="flag the point if steal time exceeds this share of CPU time")
     parser.add_argument("--round", type=int, default=None,
                         help="which of the point's rounds this job measures")
+    parser.add_argument("--counters", action="store_true",
+                        help="after measuring, one untimed counting pass under perf stat "
+                             "(perfgrid.counters)")
     parser.add_argument("--batch", action="store_true",
                         help="(internal) one batch: a plain pyperf run written to --output")
     args = runner.parse_args(argv)
@@ -284,8 +307,8 @@ def main(argv: list[str] | None = None) -> None:
         lifetime.die_with_parent(args.parent if args.parent is not None else os.getppid())
 
     experiment = experiments.get(args.experiment)
-    point = experiment.parse_point(_pairs(args.point, "--point"))
-    options = _pairs(args.option, "--option")
+    point = experiment.parse_point(pairs(args.point, "--point"))
+    options = pairs(args.option, "--option")
     name = f"{experiment.name}[{','.join(f'{k}={v}' for k, v in point.items())}]"
     runner.metadata.update(standard_metadata(experiment.name, point, experiment.runtime(point)))
 
@@ -316,6 +339,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"perfgrid: measuring {name}", file=sys.stderr, flush=True)
         bench, outcome = measure_point(args, first=lambda: _first_batch(runner, name))
         drift = noise.drift(before, noise.snapshot(), args.steal_share)
+        if args.counters and (args.round or 1) == 1:  # still under the lock; once a point
+            outcome.update(count(experiment, point, args, bench))
         finished = time.time()
     if args.round is not None:
         outcome["perfgrid_round"] = args.round

@@ -17,7 +17,7 @@ import jinja2
 import pandas as pd
 from markupsafe import Markup
 
-from perfgrid import experiments, gitinfo
+from perfgrid import counters, experiments, gitinfo
 from perfgrid.analysis import VERDICTS, Claim, module
 from perfgrid.atomic import write_text
 from perfgrid.paths import Layout
@@ -189,6 +189,15 @@ def unconverged(table: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
                              "stop"] if c in rows]]
 
 
+def uncounted_points(table: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
+    """Points chosen for counting whose pass could not run (perf missing, forbidden, failed)."""
+    if "counters" not in table:
+        return pd.DataFrame()
+    status = table["counters"].fillna(counters.NOT_COUNTED).astype(str)
+    rows = table[(status != counters.OK) & ~status.str.startswith("not counted")]
+    return rows[["runtime", *[a for a in axes if a in rows], "counters"]]
+
+
 def precision_frame(sections: list[dict[str, Any]]) -> pd.DataFrame:
     """One line per experiment of :func:`precision`."""
     rows = [{"experiment": sec["name"], **sec["precision"]} for sec in sections]
@@ -251,14 +260,14 @@ def extra_tables(analysis: Any, table: pd.DataFrame, plot_dir: Path,
 
 
 CLAIM_COLUMNS = ["experiment", "hypothesis", "criterion", "measured", "verdict", "runtime",
-                 "reason"]
+                 "reason", "why"]
 
 
 def _claims_frame(claims: list[Claim]) -> pd.DataFrame:
     return pd.DataFrame([c.as_row() for c in claims],
                         columns=["experiment", "hypothesis", "criterion", "measured",
                                  "verdict", "runtime", "reason", "value", "ci_low", "ci_high",
-                                 "op", "threshold", "unit"])
+                                 "op", "threshold", "unit", "why"])
 
 
 def build(root: Path, experiment_names: list[str], cv_threshold: float) -> dict[str, Any]:
@@ -372,7 +381,9 @@ VERDICT_TEXT = ("A verdict is decided by the 95 % interval of the compared quant
                 "threshold. An interval over rounds (ci_method \"hierarchical bootstrap over "
                 "rounds\": jobs spread over the run, measure.claims.rounds) holds the machine's "
                 "drift over the run; one over the processes of one job holds only the noise "
-                "of that moment, and a second run may differ by more.")
+                "of that moment, and a second run may differ by more. Why: the kernel counters "
+                "(perf stat, in an untimed pass after the timed runs) of the points a claim "
+                "compares, per unit of work; empty where none was counted.")
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
@@ -395,6 +406,9 @@ def view(data: dict[str, Any]) -> dict[str, Any]:
             problems.append(("Points that missed their interval target", sec["unconverged"]))
         if sec["skipped"]:
             problems.append(("Skipped points", pd.DataFrame(sec["skipped"])))
+        uncounted = uncounted_points(sec["table"], sec["axes"])
+        if not uncounted.empty:
+            problems.append(("Points whose counting pass did not run", uncounted))
         sections.append({**sec, "problems": problems, "tables": sec.get("tables", []),
                          "grid": [(k, ", ".join(map(str, v))) for k, v in sec["grid"].items()]})
     claims = data["claims"][CLAIM_COLUMNS]

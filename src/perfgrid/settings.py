@@ -409,7 +409,8 @@ def rounds_of(cfg: dict[str, Any], experiment: str,
 
 def measure_args(cfg: dict[str, Any], experiment: str,
                  point: dict[str, Any] | None = None) -> list[str]:
-    """Harness options for one job's repetitions: pyperf's, and when to stop adding batches.
+    """Harness options for one job's repetitions: pyperf's, when to stop adding batches,
+    and ``--counters`` where ``measure.counters`` counts the point.
 
     With R rounds each round is one of R independent jobs: it gets 1/R of the
     point's ``max_seconds`` and a target sqrt(R) wider, so that the R rounds
@@ -421,6 +422,10 @@ def measure_args(cfg: dict[str, Any], experiment: str,
         value = measure.get(key)
         if value is not None:
             args += [f"--{key}", str(value)]
+    mode = measure.get("counters") or "claims"
+    if point is not None and (mode == "all" or (
+            mode == "claims" and experiments.get(experiment).counted_by_default(point))):
+        args.append("--counters")
     rounds = rounds_of(cfg, experiment, point)
     if measure.get("target_ci") is not None:
         args += ["--target-ci", f"{measure['target_ci'] * math.sqrt(rounds):.6g}"]

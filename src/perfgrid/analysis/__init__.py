@@ -7,7 +7,8 @@ Each experiment ``<name>`` has a module ``perfgrid.analysis.<name>`` with:
 - ``plot(table, out_dir) -> list[Path]``: seaborn figures (PNG and SVG);
 - ``claims(table) -> list[Claim]``: each seed claim as a hypothesis, the
   criterion, the figure measured here with its 95 % interval, and a verdict
-  decided by that interval (:func:`judged`).
+  decided by that interval (:func:`judged`), with a ``why`` from the kernel
+  counters of the points it compares (:func:`why`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ class Claim:
     op: str = ""
     threshold: float = math.nan
     unit: str = ""
+    #: the kernel counters of the compared points, per unit of work (:func:`why`)
+    why: str = ""
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -53,23 +56,102 @@ class Claim:
 
 def judged(experiment: str, hypothesis: str, criterion: str, quantity: Estimate, op: str,
            threshold: float, detail: str = "", runtime: str = "python", unit: str = "x",
-           spec: str = ".2f", note: str = "") -> Claim:
+           spec: str = ".2f", note: str = "", why: str = "") -> Claim:
     """A claim decided by the interval of ``quantity`` against ``op threshold``.
 
-    ``measured`` shows the estimate with its interval, then ``detail``.
+    ``measured`` shows the estimate with its interval, then ``detail``; ``why`` the
+    counters that explain it (:func:`why`).
     """
     verdict, reason = decide(quantity, op, threshold, spec, unit)
     bounds = quantity.interval() or (math.nan, math.nan)
     measured = quantity.show(spec, unit) + (f" {detail}" if detail else "")
     return Claim(experiment, hypothesis, criterion, measured, verdict, runtime,
                  f"{reason}; {note}" if note else reason, float(quantity.value),
-                 bounds[0], bounds[1], op, float(threshold), unit)
+                 bounds[0], bounds[1], op, float(threshold), unit, why)
 
 
 def inconclusive(experiment: str, hypothesis: str, criterion: str, reason: str,
-                 runtime: str = "python") -> Claim:
+                 runtime: str = "python", why: str = "") -> Claim:
     """A claim that the data at hand cannot decide, with the reason."""
-    return Claim(experiment, hypothesis, criterion, "n/a", "inconclusive", runtime, reason)
+    return Claim(experiment, hypothesis, criterion, "n/a", "inconclusive", runtime, reason,
+                 why=why)
+
+
+#: how a counter column reads in a "why": its name, and whether it is a count per unit of
+#: work (else a share of the pass, shown as it is)
+COUNTER_NAMES = {
+    "ctx_switches_per_unit": "context switches",
+    "migrations_per_unit": "migrations",
+    "page_faults_per_unit": "page faults",
+    "task_clock_ns_per_unit": "CPU time",
+    "cycles_per_unit": "cycles",
+    "instructions_per_unit": "instructions",
+    "cache_misses_per_unit": "cache misses",
+    "branch_misses_per_unit": "branch misses",
+    "cpu_sys_share": "sys share",
+    "cpus_utilized": "CPUs busy",
+}
+#: the unit a "why" counts per, by the experiment's work unit: (units in one, its name)
+PER = {"bytes": (2.0**30, "GiB"), "timer events": (1.0, "timer event")}
+
+
+def _duration(ns: float) -> str:
+    for scale, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "us")):
+        if abs(ns) >= scale:
+            return f"{ns / scale:.3g} {unit}"
+    return f"{ns:.3g} ns"
+
+
+def _side(table, column: str, where: dict) -> tuple[float, str]:
+    """(the median of ``column`` over the counted rows matching ``where``, or NaN; why not)."""
+    import pandas as pd
+
+    rows = rows_where(table, **where)
+    if rows.empty:
+        return math.nan, "no such row"
+    counted = rows[rows["counters"] == "ok"] if "counters" in rows else rows.iloc[0:0]
+    if counted.empty:
+        status = rows["counters"].dropna() if "counters" in rows else pd.Series(dtype=object)
+        return math.nan, str(status.iloc[0]) if len(status) else "not counted"
+    values = pd.to_numeric(counted.get(column), errors="coerce").dropna()
+    if values.empty:
+        return math.nan, "not supported here"
+    return float(values.median()), ""
+
+
+def why(table, columns: tuple[str, ...], sides: dict[str, dict]) -> str:
+    """One line of counters explaining a claim: each of ``columns`` (counter columns of
+    :data:`perfgrid.counters.COLUMNS`) at each side the claim compares (a label -> the
+    axes of its rows; several matching rows give their median), per unit of work.
+
+    ``per message: context switches 0.002 (single) vs 1.01 (none); ...``. Counts per byte
+    are shown per GiB. Empty where no side was counted.
+    """
+    from perfgrid import experiments
+
+    if table.empty or "experiment" not in table:
+        return ""
+    unit = experiments.get(str(table["experiment"].iloc[0])).work_unit
+    scale, per = PER.get(unit, (1.0, unit.removesuffix("s")))
+    parts, reasons = [], []
+    for column in columns:
+        shown = []
+        for label, where in sides.items():
+            value, reason = _side(table, column, where)
+            if math.isnan(value):
+                shown.append(f"n/a ({label})")
+                reasons.append(f"{label}: {reason}")
+                continue
+            if column.endswith("_per_unit"):
+                value *= scale
+            text = (_duration(value) if column == "task_clock_ns_per_unit"
+                    else f"{value:.0%}" if column == "cpu_sys_share" else f"{value:.3g}")
+            shown.append(f"{text} ({label})")
+        parts.append(f"{COUNTER_NAMES.get(column, column)} {' vs '.join(shown)}")
+    if len(reasons) == len(columns) * len(sides):
+        return ""  # nothing counted: say nothing rather than a row of n/a
+    missing = f" [{'; '.join(dict.fromkeys(reasons))}]" if reasons else ""
+    return f"per {per}: {'; '.join(parts)}{missing}"
 
 
 def module(name: str) -> ModuleType:

@@ -19,6 +19,7 @@ from perfgrid.analysis import (  # noqa: E402
     judged,
     rate_at,
     save,
+    why,
 )
 from perfgrid.stats import Estimate  # noqa: E402
 
@@ -81,6 +82,32 @@ def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
     return written
 
 
+#: what a read costs: CPU time and page faults per GiB (a fresh buffer faults its pages in),
+#: and the share of it in the kernel
+READ_COUNTERS = ("task_clock_ns_per_unit", "page_faults_per_unit", "cpu_sys_share")
+#: what a small block adds: kernel entries show as CPU time and sys share per GiB
+CALL_COUNTERS = ("task_clock_ns_per_unit", "cpu_sys_share", "ctx_switches_per_unit")
+#: what parallel readers use: CPUs kept busy, and the scheduler's moves
+PARALLEL_COUNTERS = ("cpus_utilized", "task_clock_ns_per_unit", "migrations_per_unit")
+
+
+def _at_1m(*variants: str) -> dict[str, dict]:
+    """The 1 MiB rows of each of ``variants``, for :func:`why`."""
+    return {v: {"variant": v, "block_size": MIB} for v in variants}
+
+
+def _by_block(variant: str) -> dict[str, dict]:
+    """``variant`` at 1 KiB and at 1 MiB, for :func:`why`."""
+    return {label: {"variant": variant, "block_size": size}
+            for label, size in (("1 KiB", 1024), ("1 MiB", MIB))}
+
+
+def _row(row: pd.Series) -> dict[str, dict]:
+    """One row's own point (its variant, workers, binding, block), for :func:`why`."""
+    return {f"{row['variant']} {int(row['workers'])}w": {
+        axis: row[axis] for axis in ("variant", "workers", "binding", "block_size")}}
+
+
 def claims(table: pd.DataFrame) -> list[Claim]:
     """The seed's three claims and perfgrid's two speed targets, decided by their intervals."""
     warm = table[table["cache"] == "warm"] if "cache" in table else table.iloc[0:0]
@@ -92,7 +119,8 @@ def claims(table: pd.DataFrame) -> list[Claim]:
     crit = "readinto at 1 MiB, warm, >= 0.95x dd at 1 MiB in the same run"
     if dd_1m and readinto_1m:
         out.append(judged(NAME, hyp, crit, readinto_1m / dd_1m, ">=", 0.95,
-                          f"dd ({readinto_1m / 1e9:.2f} vs {dd_1m / 1e9:.2f} GB/s)"))
+                          f"dd ({readinto_1m / 1e9:.2f} vs {dd_1m / 1e9:.2f} GB/s)",
+                          why=why(warm, READ_COUNTERS, _at_1m("readinto", "dd"))))
     else:
         out.append(inconclusive(NAME, hyp, crit, "no warm readinto or dd row at 1 MiB"))
 
@@ -104,7 +132,8 @@ def claims(table: pd.DataFrame) -> list[Claim]:
         best, best_rate = best_row(par)
         out.append(judged(NAME, hyp, crit, best_rate / dd_1m, ">", 1.0,
                           f"dd (best: {int(best['workers'])} workers, {best['binding']}, "
-                          f"block {int(best['block_size'])})"))
+                          f"block {int(best['block_size'])})",
+                          why=why(warm, PARALLEL_COUNTERS, {**_row(best), **_at_1m("dd")})))
     else:
         out.append(inconclusive(NAME, hyp, crit, "no warm pread_parallel or dd 1 MiB row"))
 
@@ -114,7 +143,8 @@ def claims(table: pd.DataFrame) -> list[Claim]:
         warm, variant="read", block_size=MIB)
     if small and large:
         out.append(judged(NAME, hyp, crit, large / small, ">=", 10, "slower "
-                          f"({1024 / small * 1e6:.2f} us per 1 KiB call)", spec=".1f"))
+                          f"({1024 / small * 1e6:.2f} us per 1 KiB call)", spec=".1f",
+                          why=why(warm, CALL_COUNTERS, _by_block("read"))))
     else:
         out.append(inconclusive(NAME, hyp, crit, "no warm read rows at 1 KiB and 1 MiB"))
 
@@ -122,7 +152,10 @@ def claims(table: pd.DataFrame) -> list[Claim]:
     crit = "pread_parallel, 2 workers, 1 MiB, warm, best binding >= 1.5x dd at 1 MiB"
     two = rate_at(warm, variant="pread_parallel", workers=2, block_size=MIB)
     if dd_1m and two:
-        out.append(judged(NAME, hyp, crit, two / dd_1m, ">=", 1.5, "dd"))
+        out.append(judged(NAME, hyp, crit, two / dd_1m, ">=", 1.5, "dd",
+                          why=why(warm, PARALLEL_COUNTERS,
+                                  {"2 workers": {"variant": "pread_parallel", "workers": 2,
+                                                 "block_size": MIB}, **_at_1m("dd")})))
     else:
         out.append(inconclusive(NAME, hyp, crit, "no 2-worker 1 MiB warm pread_parallel row"))
 
@@ -131,7 +164,8 @@ def claims(table: pd.DataFrame) -> list[Claim]:
     unaligned = rate_at(warm, variant="readinto_unaligned", block_size=MIB)
     if readinto_1m and unaligned:
         out.append(judged(NAME, hyp, crit, readinto_1m / unaligned, ">=", 1.5,
-                          "faster (aligned over unaligned)"))
+                          "faster (aligned over unaligned)",
+                          why=why(warm, READ_COUNTERS, _at_1m("readinto", "readinto_unaligned"))))
     else:
         out.append(inconclusive(NAME, hyp, crit, "no readinto/readinto_unaligned 1 MiB rows"))
     if "runtime" in warm and (warm["runtime"] == "erlang").any():
@@ -148,7 +182,8 @@ def _erlang_claims(warm: pd.DataFrame, dd_1m: Estimate | None) -> list[Claim]:
     erl_1m = rate_at(warm, variant="erlang_read", block_size=MIB)
     if dd_1m and erl_1m:
         out.append(judged(NAME, hyp, crit, erl_1m / dd_1m, ">=", ERLANG_NEAR_DD,
-                          f"dd ({erl_1m / 1e9:.2f} vs {dd_1m / 1e9:.2f} GB/s)", "erlang"))
+                          f"dd ({erl_1m / 1e9:.2f} vs {dd_1m / 1e9:.2f} GB/s)", "erlang",
+                          why=why(warm, READ_COUNTERS, _at_1m("erlang_read", "dd"))))
     else:
         out.append(inconclusive(NAME, hyp, crit, "no warm erlang_read or dd row at 1 MiB",
                                 "erlang"))
@@ -160,7 +195,8 @@ def _erlang_claims(warm: pd.DataFrame, dd_1m: Estimate | None) -> list[Claim]:
         best, best_rate = best_row(par)
         out.append(judged(NAME, hyp, crit, best_rate / dd_1m, ">", 1.0,
                           f"dd (best: {int(best['workers'])} workers, {best['binding']}, "
-                          f"block {int(best['block_size'])})", "erlang"))
+                          f"block {int(best['block_size'])})", "erlang",
+                          why=why(warm, PARALLEL_COUNTERS, {**_row(best), **_at_1m("dd")})))
     else:
         out.append(inconclusive(NAME, hyp, crit, "no warm erlang_pread_parallel (2+ workers) "
                                 "or dd 1 MiB row", "erlang"))
@@ -170,7 +206,8 @@ def _erlang_claims(warm: pd.DataFrame, dd_1m: Estimate | None) -> list[Claim]:
     small = rate_at(warm, variant="erlang_read", block_size=1024)
     if small and erl_1m:
         out.append(judged(NAME, hyp, crit, erl_1m / small, ">=", 10, "slower "
-                          f"({1024 / small * 1e6:.2f} us per 1 KiB call)", "erlang", spec=".1f"))
+                          f"({1024 / small * 1e6:.2f} us per 1 KiB call)", "erlang", spec=".1f",
+                          why=why(warm, CALL_COUNTERS, _by_block("erlang_read"))))
     else:
         out.append(inconclusive(NAME, hyp, crit, "no warm erlang_read rows at 1 KiB and 1 MiB",
                                 "erlang"))
@@ -188,4 +225,8 @@ def notes(table: pd.DataFrame) -> list[str]:
             f"`whole` (one read into a fresh 1 GiB bytes object) runs at {whole / 1e9:.2f} GB/s "
             f"against {readinto_1m / 1e9:.2f} GB/s for `readinto` at 1 MiB: most of its time is "
             "page-faulting the new buffer, not copying.")
+        counted = why(warm, ("page_faults_per_unit", "task_clock_ns_per_unit", "cpu_sys_share"),
+                      {"whole": {"variant": "whole"}, **_at_1m("readinto")})
+        if counted:
+            out[-1] += f" Counters, {counted}."
     return out

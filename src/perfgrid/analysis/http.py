@@ -21,6 +21,7 @@ from perfgrid.analysis import (  # noqa: E402
     median_of,
     rate_estimates,
     save,
+    why,
     without_erlang,
 )
 from perfgrid.stats import Estimate, reduce  # noqa: E402
@@ -36,6 +37,10 @@ HELPS = 1.05
 MORE_WORKERS_HELP = 1.10
 #: requests/s at 1000 connections at most this share of those at 500: a steep drop
 STEEP = 0.70
+#: what a request costs the machine: CPUs kept busy, the scheduler's switches and moves,
+#: and CPU time (server and client together: the counting pass counts both)
+REQUEST_COUNTERS = ("cpus_utilized", "ctx_switches_per_unit", "migrations_per_unit",
+                    "task_clock_ns_per_unit")
 #: the seed's binding (thread_no_node_processor_spread) first
 BOUND = ("spread", "compact", "single")
 OTHER_AXES = ["variant", "client", "keepalive", "binding", "workers", "concurrency"]
@@ -227,10 +232,14 @@ def _claims(table: pd.DataFrame, runtime: str) -> list[Claim]:
     found = [(w, ratios) for w, ratios in found if ratios]
     if found:
         best = reduce([median_of(r) for _, r in found], np.max)
+        most = max(w for w, _ in found)
         out.append(judged(NAME, hyp, crit, best, ">=", MORE_WORKERS_HELP,
                           "best of the medians; " + "; ".join(f"{w} workers / 1: {_spread(r)}"
                                                               for w, r in found),
-                          runtime=runtime, note=note))
+                          runtime=runtime, note=note,
+                          why=why(rows, REQUEST_COUNTERS,
+                                  {"1 worker": {"workers": 1},
+                                   f"{most} workers": {"workers": most}})))
     else:
         out.append(inconclusive(NAME, hyp, crit, "the grid has no point measured with both "
                                 "1 worker and more", runtime))
@@ -245,7 +254,9 @@ def _claims(table: pd.DataFrame, runtime: str) -> list[Claim]:
         others = "; ".join(f"{k}: {_spread(r)}" for k, r in found[1:])
         out.append(judged(NAME, hyp, crit, median_of(ratios), ">=", HELPS,
                           f"{kind}/none: {_spread(ratios)}" + (f" ({others})" if others else ""),
-                          runtime=runtime, note=note))
+                          runtime=runtime, note=note,
+                          why=why(rows, REQUEST_COUNTERS,
+                                  {kind: {"binding": kind}, "none": {"binding": "none"}})))
     else:
         out.append(inconclusive(NAME, hyp, crit, "the grid has no bound and unbound rows at "
                                 "the same server, workers and concurrency", runtime))
@@ -256,7 +267,9 @@ def _claims(table: pd.DataFrame, runtime: str) -> list[Claim]:
     ratios = [r for _, r in _ratios(rows, "concurrency", 1000, 500)]
     if ratios:
         out.append(judged(NAME, hyp, crit, median_of(ratios), "<=", STEEP,
-                          f"1000/500: {_spread(ratios)}", runtime=runtime, note=note))
+                          f"1000/500: {_spread(ratios)}", runtime=runtime, note=note,
+                          why=why(rows, REQUEST_COUNTERS,
+                                  {f"c={c}": {"concurrency": c} for c in (500, 1000)})))
     else:
         out.append(inconclusive(NAME, hyp, crit, "the grid lacks concurrency 500 and 1000 "
                                 "at the same point", runtime))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import matplotlib
@@ -24,6 +25,7 @@ from perfgrid.analysis import (  # noqa: E402
     rate_at,
     rate_estimates,
     save,
+    why,
 )
 from perfgrid.stats import Estimate, reduce  # noqa: E402
 
@@ -52,6 +54,9 @@ FASTER = 1.5
 #: Erlang rings on several schedulers are "mostly user time" below this sys share (the
 #: seed's R13A: 30 / (63 + 30) = 32%; R12B-5: 63 / (20 + 63) = 76%)
 ERLANG_MOSTLY_USER = 0.5
+#: what a binding changes per message: the scheduler's context switches and migrations,
+#: and the CPU time they cost
+PASSING_COUNTERS = ("ctx_switches_per_unit", "migrations_per_unit", "task_clock_ns_per_unit")
 
 
 def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -110,6 +115,11 @@ def _binding_ratios(table: pd.DataFrame, variant: str, num: str,
         if a is not None and b is not None:
             out.append((int(workers), a / b))
     return out
+
+
+def _sides(variant: str, *bindings: str) -> dict[str, dict]:
+    """The 2-member rings of ``variant`` under each of ``bindings``, for :func:`why`."""
+    return {b: {"variant": variant, "workers": 2, "binding": b} for b in bindings}
 
 
 def _runtime(variant: str) -> str:
@@ -177,15 +187,16 @@ def claims(table: pd.DataFrame) -> list[Claim]:
         crit = (f"{variant}, 2 members: rate with single binding >= {BINDING_HELPS:.1f}x the "
                 "rate with binding none")
         found = dict(_binding_ratios(table, variant, "single", "none")) if len(table) else {}
+        because = why(table, PASSING_COUNTERS, _sides(variant, "single", "none"))
         if 2 in found:
             others = [f"{w}w {r.show(unit='x')}" for w, r in found.items() if w != 2]
             out.append(judged(NAME, hyp, crit, found[2], ">=", BINDING_HELPS,
                               "single/none" + ("; other sizes " + ", ".join(others)
                                                if others else ""),
-                              runtime=_runtime(variant)))
+                              runtime=_runtime(variant), why=because))
         else:
             out.append(inconclusive(NAME, hyp, crit, f"no 2-member {variant} ring under both "
-                                    "single and none", runtime=_runtime(variant)))
+                                    "single and none", runtime=_runtime(variant), why=because))
 
     hyp = "A wake-up that crosses CPUs costs far more than one that stays on a CPU"
     crit = (f"native (else process_pipe), 2 members: single-CPU rate >= {CROSSING_COSTS:.0f}x "
@@ -202,7 +213,8 @@ def claims(table: pd.DataFrame) -> list[Claim]:
         us = {b: 1e6 / rate_at(rows, binding=b) for b in ("single", "spread")}
         out.append(judged(NAME, hyp, crit, ratio, ">=", CROSSING_COSTS,
                           f"({us['single']:.1f} vs {us['spread']:.1f} us per message, "
-                          f"{variant})", runtime=_runtime(variant)))
+                          f"{variant})", runtime=_runtime(variant),
+                          why=why(table, PASSING_COUNTERS, _sides(variant, "single", "spread"))))
     else:
         out.append(inconclusive(NAME, hyp, crit, "no 2-member pipe ring under both single "
                                 "and spread", runtime="native"))
@@ -238,10 +250,14 @@ def claims(table: pd.DataFrame) -> list[Claim]:
         sys_ratio = best_sys / thread_sys
         parts = [judged(NAME, hyp, crit, speed, ">=", FASTER),
                  judged(NAME, hyp, crit, sys_ratio, "<=", 0.5)]
-        out.append(_all_of(parts, (
+        sides = {name: {"variant": row["variant"], "binding": row["binding"],
+                        "workers": row["workers"]}
+                 for name, row in ((str(best["variant"]), best), ("thread", thread))}
+        out.append(replace(_all_of(parts, (
             f"messages/s {speed.show(unit='x')} the {int(thread['workers'])}-thread ring (best: "
             f"{best['variant']}, {best['binding']}); sys share {sys_ratio.show(unit='x')} the "
-            f"thread ring's ({best_sys.value:.0%} vs {thread_sys.value:.0%})")))
+            f"thread ring's ({best_sys.value:.0%} vs {thread_sys.value:.0%})")),
+            why=why(table, ("cpu_sys_share", *PASSING_COUNTERS), sides)))
     else:
         out.append(inconclusive(NAME, hyp, crit, "no asyncio/uvloop ring or no unbound "
                                 "thread ring"))

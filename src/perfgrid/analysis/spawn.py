@@ -20,11 +20,17 @@ from perfgrid.analysis import (  # noqa: E402
     judged,
     rate_at,
     save,
+    why,
     without_erlang,
 )
 from perfgrid.stats import Estimate  # noqa: E402
 
 NAME = "spawn"
+#: what one CPU saves a chain: the scheduler's context switches and migrations per spawn
+SCHEDULING_COUNTERS = ("ctx_switches_per_unit", "migrations_per_unit", "task_clock_ns_per_unit")
+#: what a spawn costs: CPU time, page faults (a fork copies page tables) and kernel share
+COST_COUNTERS = ("task_clock_ns_per_unit", "page_faults_per_unit", "ctx_switches_per_unit",
+                 "cpu_sys_share")
 _FILE = "seed E1 (000_62f551dd3ff8b81f.txt)"
 _P4 = f"{_FILE}, Pentium 4 2.8 GHz, Erlang R11B, 1,000,000 spawns"
 _E5200 = f"{_FILE}, Pentium E5200 2.5 GHz (2 cores), Erlang R13B01, 1,000,000 spawns"
@@ -104,6 +110,11 @@ def _us_per_spawn(rows: pd.DataFrame) -> tuple[pd.Series, Estimate]:
     return best, 1e6 / best_rate
 
 
+def _sides(variant: str) -> dict[str, dict]:
+    """1-chain rows of ``variant`` on one CPU and free, for :func:`why`."""
+    return {b: {"variant": variant, "chains": 1, "binding": b} for b in ("single", "none")}
+
+
 def _any_rate(rows: pd.DataFrame) -> bool:
     """Whether any row has a rate, so a best-of can name its row (idxmax of NaNs raises)."""
     return "rate" in rows and rows["rate"].notna().any()
@@ -133,7 +144,12 @@ def claims(table: pd.DataFrame) -> list[Claim]:
         saved_us = (1 / float(one) - 1 / float(many)) * 1e6
         out.append(judged(NAME, hyp, crit, many / one, ">=", SYSCALL_COSTS,
                           f"({one:,.0f} -> {many:,.0f} spawns/s; "
-                          f"{saved_us:.2f} us per spawn saved{sys_text})"))
+                          f"{saved_us:.2f} us per spawn saved{sys_text})",
+                          why=why(free, ("task_clock_ns_per_unit", "cpu_sys_share",
+                                         "ctx_switches_per_unit"),
+                                  {f"{c} chain{'s' * (c > 1)}": {"variant": "asyncio_task",
+                                                                 "chains": c}
+                                   for c in (1, 100)})))
     else:
         out.append(inconclusive(NAME, hyp, crit, "no asyncio_task rows at 1 and 100 chains "
                                 "under binding none"))
@@ -147,7 +163,8 @@ def claims(table: pd.DataFrame) -> list[Claim]:
         smp = rate_at(table, variant=variant, chains=1, binding="none") if len(table) else None
         if single and smp:
             out.append(judged(NAME, hyp, crit, single / smp, ">=", SINGLE_BEATS,
-                              f"({single:,.0f} vs {smp:,.0f} spawns/s)", runtime))
+                              f"({single:,.0f} vs {smp:,.0f} spawns/s)", runtime,
+                              why=why(table, SCHEDULING_COUNTERS, _sides(variant))))
         else:
             out.append(inconclusive(NAME, hyp, crit, f"no 1-chain {variant} rows under both "
                                     "single and none", runtime))
@@ -160,7 +177,10 @@ def claims(table: pd.DataFrame) -> list[Claim]:
         best, us = _us_per_spawn(rows)
         out.append(judged(NAME, hyp, crit, us, "<=", ABOUT_US,
                           f"({best['variant']}, {best['binding']}; best of {len(rows)} "
-                          "1-chain rows)", str(best.get("runtime", "python")), unit=" us"))
+                          "1-chain rows)", str(best.get("runtime", "python")), unit=" us",
+                          why=why(rows, COST_COUNTERS,
+                                  {str(best["variant"]): {"variant": best["variant"],
+                                                          "binding": best["binding"]}})))
     elif len(rows):
         out.append(inconclusive(NAME, hyp, crit, "no estimate (missing or NaN rate) in the "
                                 "1-chain rows"))
@@ -185,7 +205,8 @@ def _erlang_claims(erl: pd.DataFrame) -> list[Claim]:
         bound = rate_at(erl, chains=1, binding="compact")
         extra = f"; bound SMP (+sbt db) {bound:,.0f}" if bound else ""
         out.append(judged(NAME, hyp, crit, single / smp, ">=", SINGLE_BEATS,
-                          f"({single:,.0f} vs {smp:,.0f} spawns/s{extra})", "erlang"))
+                          f"({single:,.0f} vs {smp:,.0f} spawns/s{extra})", "erlang",
+                          why=why(erl, SCHEDULING_COUNTERS, _sides("erlang"))))
     else:
         out.append(inconclusive(NAME, hyp, crit, "no 1-chain erlang rows under both single "
                                 "and none", "erlang"))
@@ -197,7 +218,8 @@ def _erlang_claims(erl: pd.DataFrame) -> list[Claim]:
         best, us = _us_per_spawn(rows)
         out.append(judged(NAME, hyp, crit, us, "<=", ABOUT_US,
                           f"({best['binding']}, {best['rate']:,.0f} spawns/s)", "erlang",
-                          unit=" us"))
+                          unit=" us", why=why(rows, COST_COUNTERS,
+                                              {best["binding"]: {"binding": best["binding"]}})))
     elif len(rows):
         out.append(inconclusive(NAME, hyp, crit, "no estimate (missing or NaN rate) in the "
                                 "1-chain erlang rows", "erlang"))

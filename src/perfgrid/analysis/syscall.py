@@ -21,6 +21,7 @@ from perfgrid.analysis import (  # noqa: E402
     observed_estimate,
     rate_at,
     save,
+    why,
 )
 from perfgrid.stats import reduce  # noqa: E402
 
@@ -45,6 +46,9 @@ NO_CONTENTION = 0.9
 #: clock_gettime "makes no syscall" if at most this share of its CPU time is sys
 VDSO_SYS = 0.05
 BOUND = ("spread", "compact")
+#: the counters that explain how calls scale with workers: CPU time per call (contention
+#: shows as more of it), and the scheduler's context switches and migrations per call
+SCALING_COUNTERS = ("task_clock_ns_per_unit", "ctx_switches_per_unit", "migrations_per_unit")
 #: columns the report shows after the statistics
 EXTRA_COLUMNS = ["rate_per_worker", "calls_per_cpu_s", "sys_share", "worker_cpus"]
 
@@ -148,12 +152,17 @@ def claims(table: pd.DataFrame) -> list[Claim]:
         hyp = "Bound workers scale syscalls linearly with cores (seed: 8 workers, ~3.7 M/s each)"
         crit = f"getuid, {bind or 'spread'} binding: rate at 2 workers >= {LINEAR}x rate at 1"
         one, two = rate_at(rows, workers=1), rate_at(rows, workers=2)
+        mine = getuid[getuid["runtime"] == runtime] if len(getuid) else getuid
+        because = why(mine, SCALING_COUNTERS,
+                      {f"{w}w {b}": {"workers": w, "binding": b}
+                       for w, b in ((1, bind), (2, bind), (2, "none"))})
         if one and two and cpus >= 2:
             out.append(judged(NAME, hyp, crit, two / one, ">=", LINEAR,
-                              f"({one / 1e6:.2f} -> {two / 1e6:.2f} M calls/s)", runtime))
+                              f"({one / 1e6:.2f} -> {two / 1e6:.2f} M calls/s)", runtime,
+                              why=because))
         else:
             out.append(inconclusive(NAME, hyp, crit, "no bound getuid rows at 1 and 2 workers "
-                                    "on 2+ CPUs", runtime))
+                                    "on 2+ CPUs", runtime, why=because))
 
         hyp = "More workers than CPUs cannot raise the rate further"
         crit = (f"getuid, {bind or 'spread'}: rate at the most workers <= {NO_FURTHER}x the "
@@ -162,7 +171,10 @@ def claims(table: pd.DataFrame) -> list[Claim]:
         at_cpus, at_most = rate_at(rows, workers=cpus), rate_at(rows, workers=most)
         if at_cpus and at_most and most > cpus:
             out.append(judged(NAME, hyp, crit, at_most / at_cpus, "<=", NO_FURTHER,
-                              f"({most} workers vs {cpus})", runtime))
+                              f"({most} workers vs {cpus})", runtime,
+                              why=why(rows, SCALING_COUNTERS,
+                                      {f"{cpus} workers": {"workers": cpus},
+                                       f"{most} workers": {"workers": most}})))
         else:
             out.append(inconclusive(NAME, hyp, crit, "no bound getuid rows at the CPU count "
                                     "and beyond it", runtime))
@@ -179,7 +191,9 @@ def claims(table: pd.DataFrame) -> list[Claim]:
             b = observed_estimate(last.iloc[0], "calls_per_cpu_s")
             out.append(judged(NAME, hyp, crit, b / a, ">=", NO_CONTENTION,
                               f"({a / 1e6:.2f} -> {b / 1e6:.2f} M per CPU-s, {most} workers)",
-                              "native"))
+                              "native", why=why(rows, SCALING_COUNTERS,
+                                                {"1 worker": {"workers": 1},
+                                                 f"{most} workers": {"workers": most}})))
         else:
             out.append(inconclusive(NAME, hyp, crit, "no native bound getuid rows at 1 and "
                                     "more workers", "native"))
@@ -204,9 +218,12 @@ def claims(table: pd.DataFrame) -> list[Claim]:
                         ".1%"),
                  judged(NAME, hyp, crit, uid_sys, ">", VDSO_SYS, "", "native", "", ".1%")]
         speed = float(clock["rate"].max()) / float(uid["rate"].max())
-        out.append(_both(sides, f"clock_gettime user share {clock_user.show('.1%')} (sys "
-                                f"{1 - clock_user.value:.1%}) vs getuid sys share "
-                                f"{uid_sys.show('.1%')}; {speed:.1f}x the getuid rate"))
+        claim = _both(sides, f"clock_gettime user share {clock_user.show('.1%')} (sys "
+                             f"{1 - clock_user.value:.1%}) vs getuid sys share "
+                             f"{uid_sys.show('.1%')}; {speed:.1f}x the getuid rate")
+        out.append(replace(claim, why=why(
+            rows, ("cpu_sys_share", "task_clock_ns_per_unit", "ctx_switches_per_unit"),
+            {"clock_gettime": {"call": "clock_gettime"}, "getuid": {"call": "getuid"}})))
     else:
         out.append(inconclusive(NAME, hyp, crit, "no native 1-worker clock_gettime and getuid "
                                 "rows", "native"))

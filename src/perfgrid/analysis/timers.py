@@ -19,6 +19,7 @@ from perfgrid.analysis import (  # noqa: E402
     median_of,
     observed_estimate,
     save,
+    why,
     without_erlang,
 )
 from perfgrid.stats import Estimate, reduce  # noqa: E402
@@ -48,6 +49,9 @@ COSTLY = 0.10
 GC_HALF = 0.5
 #: uvloop helps if its overhead is at most this share of asyncio's
 UVLOOP_HELPS = 0.8
+#: what a timer event costs: CPU time, page faults (the collector and the heap touch
+#: memory) and the kernel's share
+TIMER_COUNTERS = ("task_clock_ns_per_unit", "page_faults_per_unit", "cpu_sys_share")
 
 
 def _scale(table: pd.DataFrame) -> pd.Series:
@@ -171,7 +175,8 @@ def claims(table: pd.DataFrame) -> list[Claim]:
         out.append(judged(NAME, hyp, crit, med, "<=", 1 - GC_HALF,
                           f"gc-off over gc-on CPU seconds, median over {len(pairs)} pair(s): "
                           f"{saved}; range {1 - max(r.value for r in ratios):.0%}-"
-                          f"{1 - min(r.value for r in ratios):.0%}"))
+                          f"{1 - min(r.value for r in ratios):.0%}",
+                          why=_why(without_erlang(table), "gc", "on", "off")))
     else:
         out.append(inconclusive(NAME, hyp, crit, "no gc on/off pair with 100,000+ tasks"))
 
@@ -185,7 +190,8 @@ def claims(table: pd.DataFrame) -> list[Claim]:
         out.append(judged(NAME, hyp, crit, median_of(ratios), "<=", UVLOOP_HELPS,
                           f"uvloop/asyncio overhead, median over {len(ratios)} pair(s), range "
                           f"{min(r.value for r in ratios):.2f}-"
-                          f"{max(r.value for r in ratios):.2f}"))
+                          f"{max(r.value for r in ratios):.2f}",
+                          why=_why(table, "variant", "uvloop", "asyncio")))
     else:
         out.append(inconclusive(NAME, hyp, crit, "no uvloop/asyncio pair (uvloop skipped?)"))
     return out + erlang_claims
@@ -234,6 +240,17 @@ def _seed_claims(table: pd.DataFrame, runtime: str) -> list[Claim]:
 
 
 _AXES = ["variant", "seeding", "gc", "tasks", "rounds", "max_sleep"]
+
+
+def _why(table: pd.DataFrame, axis: str, *values: str) -> str:
+    """:func:`why` for ``axis`` at each of ``values``, at the most tasks that were counted
+    (a storm at the seed's scale is too long to run twice; the sweep's are counted)."""
+    if table.empty or "counters" not in table:
+        return ""
+    counted = table[table["counters"] == "ok"]
+    tasks = int((counted if not counted.empty else table)["tasks"].max())
+    return why(table, TIMER_COUNTERS, {f"{v}, {tasks:,} tasks": {axis: v, "tasks": tasks}
+                                       for v in values})
 
 
 def _pairs(table: pd.DataFrame, axis: str, num: str, den: str,

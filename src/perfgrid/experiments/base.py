@@ -72,16 +72,27 @@ class Experiment:
         """The grid points of this experiment for its (validated) config section."""
         raise NotImplementedError
 
+    #: the points ``measure.counters: claims`` counts (perfgrid.counters), as partial
+    #: points; None: the claim points
+    counter_points: ClassVar[tuple[dict[str, Any], ...] | None] = None
+
     def used_by_claims(self, point: Point) -> bool:
         """Whether a claim compares ``point`` (so it needs an interval)."""
-        def matches(pattern: dict[str, Any]) -> bool:
-            for axis, wanted in pattern.items():
-                allowed = wanted if isinstance(wanted, list | tuple) else [wanted]
-                if point.get(axis) not in allowed:
-                    return False
-            return True
+        return matches_any(point, self.claim_points)
 
-        return any(matches(p) for p in self.claim_points)
+    def counted_by_default(self, point: Point) -> bool:
+        """Whether ``measure.counters: claims`` counts ``point``."""
+        chosen = self.claim_points if self.counter_points is None else self.counter_points
+        return matches_any(point, chosen)
+
+    def uncountable(self, point: Point) -> str | None:
+        """Why a counting pass of ``point`` would mean nothing per unit of work, or None."""
+        return None
+
+    def counting_options(self, point: Point, options: dict[str, str]) -> dict[str, str]:
+        """The options of the counting pass: the job's, or a smaller load where one loop
+        is too long to run twice (counts are per unit of work, so they compare)."""
+        return options
 
     #: variants run by a native program or by the Erlang VM; the rest are Python
     native_variants: ClassVar[tuple[str, ...]] = ()
@@ -162,6 +173,18 @@ class Experiment:
         if missing:
             raise ValueError(f"{self.name}: point lacks axes {missing}")
         return {a: int(raw[a]) if a in self.int_axes else str(raw[a]) for a in self.axes}
+
+
+def matches_any(point: Point, patterns: tuple[dict[str, Any], ...]) -> bool:
+    """Whether ``point`` matches one of ``patterns`` (an axis -> a value or a list of them)."""
+    def matches(pattern: dict[str, Any]) -> bool:
+        for axis, wanted in pattern.items():
+            allowed = wanted if isinstance(wanted, list | tuple) else [wanted]
+            if point.get(axis) not in allowed:
+                return False
+        return True
+
+    return any(matches(p) for p in patterns)
 
 
 def missing_tool(tool: str, why: str = "") -> str | None:

@@ -217,6 +217,9 @@ class FileRead(Experiment):
          "block_size": [1024, 1 << 20], "cache": "warm"},
         {"variant": ["pread_parallel", "erlang_pread_parallel"], "cache": "warm"},
     )
+    #: counted (perfgrid.counters): the claim points, and the whole-file read whose page
+    #: faults the report's note explains
+    counter_points = (*claim_points, {"variant": "whole", "cache": "warm"})
 
     def points(self, section: dict[str, Any], config: dict[str, Any]) -> list[Point]:
         """Single readers by block size, ``whole`` once, parallel readers by block

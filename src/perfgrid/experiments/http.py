@@ -45,6 +45,9 @@ KEEPALIVE = ("off", "on")
 LIST_KEYS = {"servers": "variant", "clients": "client", "keepalive": "keepalive",
              "bindings": "binding", "workers": "workers", "concurrency": "concurrency"}
 DEFAULT_TIMEOUT_S = 300.0
+#: requests of a counting pass (perfgrid.counters): counts per request settle within a
+#: few thousand, and a 100,000-request load would cost another minute per point
+COUNT_REQUESTS = 5000
 
 
 def keepalive_word(value: Any) -> str:
@@ -166,6 +169,16 @@ class Http(Experiment):
                     layout: Layout) -> dict[str, str]:
         database = section.get("database") or str(layout.root / "data" / "http.sqlite")
         return self.options(section, point, database)
+
+    def uncountable(self, point: Point) -> str | None:
+        if point["client"] == "openloop":
+            return "not counted: an open-loop sweep is not one loop of its requests"
+        return None
+
+    def counting_options(self, point: Point, options: dict[str, str]) -> dict[str, str]:
+        requests = int(options.get("requests", COUNT_REQUESTS))
+        fewer = max(point["concurrency"], min(requests, COUNT_REQUESTS))  # ab: c <= n
+        return {**options, "requests": str(fewer)}
 
     def unavailable(self, point: Point) -> str | None:
         if point["variant"] == "uvloop" and (why := httpserver.uvloop_missing()):

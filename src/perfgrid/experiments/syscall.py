@@ -277,6 +277,8 @@ class Syscall(Experiment):
     #: one native worker per call (the vDSO)
     claim_points = ({"call": "getuid", "binding": ["spread", "compact"]},
                     {"variant": "native", "workers": 1})
+    #: counted (perfgrid.counters): the claim points, and unbound getuid beside the bound
+    counter_points = (*claim_points, {"call": "getuid", "binding": "none"})
     work_unit = "calls"
     rate_unit = "calls/s"
     native_variants = ("native",)
