@@ -232,7 +232,7 @@ def without_tools(tmp_path_factory: pytest.TempPathFactory) -> Path:
     stub.mkdir()
     for module in {spec[1] for spec in MISSING.values()} - {None}:
         (stub / f"{module}.py").write_text(f"raise ImportError('{module} hidden by a test')\n")
-    env["PYTHONPATH"] = str(stub)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(stub), os.environ.get("PYTHONPATH")]))
     config = {**QUICK, "host": "rel", "experiments": [spec[2] for spec in MISSING.values()],
               "noise": {"busy_share": 1.0}}
     for _, _, experiment, section, _ in MISSING.values():
