@@ -9,7 +9,6 @@ CORES  ?= 16
 DEBS   ?= fio apache2-utils gcc erlang-nox
 # ... and what the tests use besides: a real browser for the report check.
 TEST_DEBS ?= $(DEBS) chromium
-TEST_WORKERS ?= auto
 
 .PHONY: reproduce quick test bench lint setup system-packages clean
 
@@ -21,12 +20,9 @@ quick: setup
 
 # In CI (CI=true) a tool of TEST_DEBS that cannot be installed fails here, and a test
 # that skips fails the run (tests/conftest.py): CI passes only if every test ran.
-# pytest-xdist runs the tests on TEST_WORKERS processes (auto: one per physical core;
-# 0: none); the pipeline tests that run benchmark jobs stay together on one of them
-# (tests/conftest.py), so no two of their pipelines measure at once.
 test: $(VENV)/.installed
 	@bash .ci/system-packages.sh $(TEST_DEBS)
-	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -rs $(PYTEST_ARGS)
 
 # Speed facts of the harness (per-call overhead, Erlang spawn rate, how fast a load stops
 # at its deadline), each printed beside its target: benchmark output, not unit tests.

@@ -1,5 +1,4 @@
-"""Fixtures shared by the test modules, the CI rule (no test may skip in CI), and
-which tests may run side by side under pytest-xdist.
+"""Fixtures shared by the test modules, and the CI rule: no test may skip in CI.
 
 Helpers live in ``helpers.py``; this file keeps fixtures and hooks only.
 """
@@ -14,29 +13,8 @@ from perfgrid import testfile
 
 from helpers import copy_workflow, in_ci, run
 
-#: the xdist group of the tests that run benchmark jobs (pytest-xdist's ``loadgroup``)
-PIPELINE_GROUP = "pipeline"
-#: ... and of the SLURM tests, which mostly wait on SLURM's status checks
-SLURM_GROUP = "slurm"
 #: (test id, reason) of every test skipped in this session
 _SKIPPED: list[tuple[str, str]] = []
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The ``pipeline`` tests that run benchmark jobs in one xdist group: with ``-n N
-    --dist loadgroup`` (``make test``) they run one after another on one worker, so their
-    pipelines never measure beside each other, while the other tests share the other
-    workers. Pipeline tests whose Snakemake stops before any benchmark job
-    (``stops_before_benchmarks``) need no such care. The SLURM tests are a group of their
-    own, which may run beside the first: they mostly wait between SLURM's status checks,
-    and assert where the jobs ran, not how fast."""
-    for item in items:
-        if item.get_closest_marker("slurm"):
-            item.add_marker(pytest.mark.xdist_group(SLURM_GROUP))
-        elif (item.get_closest_marker("pipeline")
-                and not item.get_closest_marker("stops_before_benchmarks")):
-            item.add_marker(pytest.mark.xdist_group(PIPELINE_GROUP))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

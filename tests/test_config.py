@@ -391,7 +391,6 @@ def test_defaults_fill_a_minimal_config():
 
 
 @pytest.mark.pipeline
-@pytest.mark.stops_before_benchmarks
 @pytest.mark.parametrize("bad", [
     {"file_read": {"bindings": ["loose"]}},
     {"file_read": {"block_sizes": [0]}},
@@ -420,7 +419,6 @@ CLI_BAD = [
 
 
 @pytest.mark.pipeline
-@pytest.mark.stops_before_benchmarks
 @pytest.mark.parametrize("text, needle", CLI_BAD, ids=[t[:20] for t, _ in CLI_BAD])
 def test_cli_gives_one_short_message_and_writes_nothing(tmp_path, text, needle):
     config = tmp_path / "bad.yaml"
@@ -435,7 +433,6 @@ def test_cli_gives_one_short_message_and_writes_nothing(tmp_path, text, needle):
 
 
 @pytest.mark.pipeline
-@pytest.mark.stops_before_benchmarks
 def test_a_dry_run_writes_nothing(tmp_path):
     """Not even results/<host>/ of a results folder outside the working directory."""
     outside = tmp_path / "elsewhere" / "results"

@@ -206,7 +206,6 @@ def _tiny(folder, **testfile_keys):
 
 
 @pytest.mark.pipeline
-@pytest.mark.stops_before_benchmarks
 @pytest.mark.parametrize("kind, needle", [
     ("user_file", "no perfgrid sidecar"),
     ("directory", "is a directory"),
@@ -244,7 +243,6 @@ def test_cli_refuses_what_is_at_testfile_path_and_leaves_it(tmp_path, kind, need
 
 
 @pytest.mark.pipeline
-@pytest.mark.stops_before_benchmarks
 def test_a_changed_file_stops_the_run_before_any_benchmark_and_stays(tmp_path):
     from helpers import snakemake
 
