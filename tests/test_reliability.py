@@ -29,7 +29,7 @@ GRID = {
     "noise": {"busy_share": 1.0},  # these runs test plumbing, not figures: never wait
     "testfile": {"size": "32MiB", "seed": 5},
     "file_read": {
-        "variants": ["read", "dd"],
+        "variants": ["read", "readinto", "dd"],
         "block_sizes": [1024, 4096, 65536],
         "caches": ["warm"],
         # enough values that an interrupt lands before the last point, even on a busy machine
@@ -37,7 +37,7 @@ GRID = {
                     "claims": {"processes": 1, "values": 8, "target_ci": None}},
     },
 }
-POINTS = 6
+POINTS = 9
 
 
 def start(workdir: Path, *args: str) -> subprocess.Popen:
