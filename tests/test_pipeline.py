@@ -182,7 +182,9 @@ def test_archive_never_extracts_outside_its_folder(tmp_path):
 
 
 def test_a_a_run_reports_the_noise_floor(tree):
-    """`perfgrid aa` runs one small config twice and compares the two runs."""
+    """`perfgrid aa` runs one small config twice and compares the two runs; Snakemake's
+    arguments after `--` reach both runs (here: up to the tables, all a comparison reads;
+    the tree above has checked the plots and the report)."""
     import subprocess
 
     config = {**CONFIG, "file_read": {**CONFIG["file_read"], "variants": ["read", "dd"],
@@ -191,11 +193,13 @@ def test_a_a_run_reports_the_noise_floor(tree):
     (tree / "aa.yaml").write_text(yaml.safe_dump(config))
     done = subprocess.run(
         [*SNAKEMAKE[:1], "-m", "perfgrid.cli", "aa", "--configfile", "aa.yaml", "--label", "aa",
-         "--cores", "2"], cwd=tree, capture_output=True, text=True, timeout=900)
+         "--cores", "2", "--", "--until", "table"], cwd=tree, capture_output=True, text=True,
+        timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "testable points" in done.stdout and "claims changed verdict" in done.stdout
     for side in ("a", "b"):
         assert (tree / f"results/aa-{side}/tables/file_read.csv").exists()
+        assert not (tree / f"results/aa-{side}/report.md").exists()  # `--until table` went on
     points = pd.read_csv(tree / "results/compare/aa-aa/points.csv")
     assert len(points) == 2 and {"ratio_ci_low", "ratio_ci_high", "q", "test"} <= set(points)
     assert "Claims whose verdict changed" in (tree / "results/compare/aa-aa/compare.md").read_text()

@@ -211,31 +211,46 @@ MISSING = {
 }
 
 
-@pytest.mark.parametrize("missing", sorted(MISSING))
-def test_missing_tool_rows_are_skipped_with_the_reason(workdir, tmp_path, missing):
-    tools, module, experiment, section, variants = MISSING[missing]
+@pytest.fixture(scope="module")
+def without_tools(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One run of every MISSING experiment with all of MISSING's tools and modules hidden
+    (each hides a different experiment's rows, so one run serves every case)."""
+    root = tmp_path_factory.mktemp("missing")
     # a PATH with everything in /usr/local/bin, /usr/bin and /bin but the tools
-    hidden = tmp_path / "bin"
+    hidden = root / "bin"
     hidden.mkdir()
+    tools = {tool for spec in MISSING.values() for tool in spec[0]}
     for folder in ("/usr/local/bin", "/usr/bin", "/bin"):
         for name in os.listdir(folder):
             if name not in tools and not (hidden / name).exists():
                 (hidden / name).symlink_to(Path(folder) / name)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{hidden}"}
-    if module:  # a stub first on the path that refuses to import
-        stub = tmp_path / "stub"
-        stub.mkdir()
+    stub = root / "stub"  # first on the path: modules that refuse to import
+    stub.mkdir()
+    for module in {spec[1] for spec in MISSING.values()} - {None}:
         (stub / f"{module}.py").write_text(f"raise ImportError('{module} hidden by a test')\n")
-        env["PYTHONPATH"] = str(stub)
-    config = {**QUICK, "host": "rel", "experiments": [experiment],
-              "noise": {"busy_share": 1.0}, experiment: {**QUICK[experiment], **section}}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(stub), os.environ.get("PYTHONPATH")]))
+    config = {**QUICK, "host": "rel", "experiments": [spec[2] for spec in MISSING.values()],
+              "noise": {"busy_share": 1.0}}
+    for _, _, experiment, section, _ in MISSING.values():
+        config[experiment] = {**QUICK[experiment], **section}
+    workdir = root / "work"
+    workdir.mkdir()
     write_config(workdir, config)
     done = subprocess.run(
         [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
          "--configfile", str(workdir / "config.yaml"), "--cores", "2"],
         cwd=workdir, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    skipped = json.loads((workdir / "results/rel/skipped.json").read_text())
+    return workdir
+
+
+@pytest.mark.parametrize("missing", sorted(MISSING))
+def test_missing_tool_rows_are_skipped_with_the_reason(without_tools, missing):
+    tools, _, experiment, _, variants = MISSING[missing]
+    workdir = without_tools
+    skipped = [s for s in json.loads((workdir / "results/rel/skipped.json").read_text())
+               if s["experiment"] == experiment]
     assert skipped and {s["variant"] for s in skipped} == variants
     assert all(missing in s["reason"] or tools[0] in s["reason"] for s in skipped)
     report = (workdir / "results/rel/report.md").read_text()

@@ -262,22 +262,24 @@ def test_a_changed_file_stops_the_run_before_any_benchmark_and_stays(tmp_path):
 @pytest.mark.pipeline
 def test_a_perfgrid_file_is_used_and_kept_and_only_the_generated_one_removed(tmp_path):
     """The rule: perfgrid removes only the test file it generated at the default path
-    (results/<host>/data/) in this run; a file it found (even its own) stays."""
+    (results/<host>/data/) in this run; a file it found (even its own) stays. (Both runs
+    stop at the table: the file's last reader; plots and report never read it.)"""
     from helpers import snakemake
 
     path = tmp_path / "kept" / "t.bin"
     path.parent.mkdir()
     testfile.prepare(str(path), 64 << 10, 3, str(tmp_path / "ready.json"))
     before = _snapshot(path)
-    result = snakemake(tmp_path, "--cores", "1", config=_tiny(tmp_path, path=str(path)),
-                       timeout=300)
+    result = snakemake(tmp_path, "--cores", "1", "--until", "table",
+                       config=_tiny(tmp_path, path=str(path)), timeout=300)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     assert _snapshot(path) == before
     assert "generated earlier by perfgrid" in (
         tmp_path / "results/tiny/logs/testfile.log").read_text()
     assert len((tmp_path / "results/tiny/tables/file_read.csv").read_text().splitlines()) == 2
 
-    result = snakemake(tmp_path, "--cores", "1", config=_tiny(tmp_path), timeout=300)
+    result = snakemake(tmp_path, "--cores", "1", "--until", "table", config=_tiny(tmp_path),
+                       timeout=300)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     data = tmp_path / "results/tiny/data"
     assert "wrote" in (tmp_path / "results/tiny/logs/testfile.log").read_text()
