@@ -54,6 +54,15 @@ def test_every_experiment_declares_code_that_exists():
             assert (src / path).is_file(), (name, path)
 
 
+@pytest.mark.parametrize("name", ["spawn", "ring", "http"])
+def test_a_package_experiments_jobs_take_every_module_of_its_package(name):
+    """Editing any module of ``experiments/<name>/`` reruns that experiment's jobs."""
+    package = REPO / "src" / "perfgrid" / "experiments" / name
+    modules = {f"experiments/{name}/{p.name}" for p in package.glob("*.py")}
+    assert len(modules) > 1
+    assert set(experiments.get(name).sources()) >= modules
+
+
 def _readme_defaults() -> dict[str, dict[str, str]]:
     """``{experiment: {key: default cell}}`` of config/README.md's per-experiment tables."""
     out: dict[str, dict[str, str]] = {}

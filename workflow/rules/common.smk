@@ -5,7 +5,7 @@ import sys
 import time
 
 from perfgrid import binding, experiments, jobs, order, settings
-from perfgrid.paths import Layout
+from perfgrid.paths import ERLANG_SOURCES, NATIVE_SOURCES, Layout
 
 
 # The schema (../schemas/config.schema.yaml, defaults filled in) and what it cannot

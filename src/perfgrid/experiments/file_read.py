@@ -4,7 +4,7 @@ Stresses the fixed cost of one read call against the copy itself: by block
 size, by destination buffer (fresh bytes, page-aligned, unaligned), and by
 parallel readers, beside ``dd`` and ``fio`` on the same file, and beside
 the seed's own runtime: Erlang's raw-mode ``file:read`` loop, ``file:read_file``
-and parallel ``file:pread`` (``erlang_*`` variants, src/perfgrid/erlang/).
+and parallel ``file:pread`` (``erlang_*`` variants, src/perfgrid/erlang_src/).
 """
 
 from __future__ import annotations
