@@ -45,7 +45,8 @@ def _plots(args: argparse.Namespace) -> None:
 
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    written = module(args.experiment).plot(table, tmp)
+    # an experiment whose every point was skipped has an empty table, and no figures
+    written = [] if table.empty else module(args.experiment).plot(table, tmp)
     from perfgrid import experiments
     from perfgrid.analysis import scaling
 
