@@ -68,6 +68,15 @@ class Experiment:
     reference_axes: ClassVar[tuple[str, ...]] = ()
     fallback_axes: ClassVar[tuple[str, ...]] = ()
 
+    #: the fewest workers one of its points may have: ``workers: auto`` starts there
+    min_workers: ClassVar[int] = 1
+    #: whether its jobs read the random test file (``testfile``): then the file already at
+    #: its path is checked before any job, and the report states the file's facts
+    uses_testfile: ClassVar[bool] = False
+    #: keys of its config section that name a file perfgrid writes: refused where the path
+    #: would read as an option or lies in the repository's sources
+    path_keys: ClassVar[tuple[str, ...]] = ()
+
     #: the points the claims compare, as partial points (an axis -> a value or a list
     #: of values): they get the ``measure.claims`` repetitions, enough for an interval
     claim_points: ClassVar[tuple[dict[str, Any], ...]] = ()

@@ -207,6 +207,7 @@ class FileRead(Experiment):
     native_variants = NATIVE
     erlang_variants = tuple(ERLANG)
     erlang_module = "pg_file_read"
+    uses_testfile = True
     reference_variants = ("dd",)
     reference_axes = ("cache", "block_size")
     fallback_axes = ("cache",)

@@ -127,6 +127,7 @@ class Http(Experiment):
     rate_unit = "requests/s"
     erlang_variants = ("erlang",)
     erlang_module = "pg_http"
+    path_keys = ("database",)
 
     def grids(self, section: dict[str, Any]) -> list[dict[str, Any]]:
         """The main grid (the section's lists) and each extra grid, defaults filled in."""

@@ -84,6 +84,8 @@ class Ring(Experiment):
     erlang_module = "pg_ring"
     reference_variants = NATIVE
     reference_axes = ("workers", "binding")
+    #: an OS ring needs two members
+    min_workers = 2
     #: no fallback: a row is compared with the C ring at its own workers/binding only
     fallback_axes = ("workers", "binding")
 
