@@ -32,6 +32,7 @@ from scipy import stats as sps
 from perfgrid import aggregate, analysis, archive, experiments, stats
 from perfgrid.analysis import plot_setup, save
 from perfgrid.atomic import write_text
+from perfgrid.paths import every_table
 from perfgrid.report import md_table
 
 
@@ -228,7 +229,12 @@ def _ratio_plot(table: pd.DataFrame, label_a: str, label_b: str):
     return fig
 
 
-def summary(roots: list[str], md_path: str, html_path: str) -> None:
+def hosts_with_tables(results: str | Path) -> list[Path]:
+    """The result sets (``<results>/<host>``) under ``results`` that have a table."""
+    return sorted({table.parent.parent for table in every_table(results)})
+
+
+def summary(roots: list[str | Path], md_path: str, html_path: str) -> None:
     """One cross-machine table per experiment: the rate of every point on every host."""
     lines = ["# perfgrid: every host side by side\n"]
     html_parts = ["<h1>perfgrid: every host side by side</h1>"]

@@ -25,6 +25,11 @@ SOURCE_DIRS = ("src", "workflow", "config", "profiles", "tests", ".ci", ".git")
 RESERVED_NAMES = ("archive", "compare")
 
 
+def every_table(results: str | Path) -> list[Path]:
+    """Every host's tables under the results folder (``<results>/<host>/tables/*.csv``)."""
+    return sorted(Path(results).glob("*/tables/*.csv"))
+
+
 @dataclass(frozen=True)
 class Layout:
     """Paths of one result set, relative to the working directory."""

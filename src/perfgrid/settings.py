@@ -442,6 +442,11 @@ def grid(cfg: dict[str, Any], experiment: str) -> list[dict[str, Any]]:
     return experiments.get(experiment).points(cfg[experiment], cfg)
 
 
+def skipped(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every grid point this machine cannot run, each with its experiment and ``reason``."""
+    return [s for name in cfg["experiments"] for s in split_grid(cfg, name)[1]]
+
+
 def split_grid(cfg: dict[str, Any], experiment: str) -> tuple[list[dict], list[dict]]:
     """(points this machine can run, skipped points each with a ``reason``)."""
     exp = experiments.get(experiment)
