@@ -273,7 +273,12 @@ def resolve_auto(config: dict[str, Any]) -> dict[str, list[int]]:
 
 
 def effective(config: dict[str, Any], check_disk: bool = True) -> dict[str, Any]:
-    """The config with derived values filled in; raises ConfigError, writes nothing."""
+    """The config with derived values filled in; raises ConfigError, writes nothing.
+
+    ``check_disk`` also looks at the disk: the file already at the test file's path,
+    free space, a writable results folder. A job that works the grid out again (rule
+    skipped, while the testfile job may be writing the file) passes False.
+    """
     check_shape(config)
     check_strict(config)
     cfg = copy.deepcopy(config)
@@ -308,11 +313,10 @@ def effective(config: dict[str, Any], check_disk: bool = True) -> dict[str, Any]
             if path:
                 _not_an_option(path, f"{name}.{key}")
                 _outside_sources(path, f"{name}.{key}")
-    if uses_testfile(cfg):
+    if check_disk and uses_testfile(cfg):
         try:
             testfile.check_existing(tf["path"], tf["size_bytes"], tf.get("seed"))
-            if check_disk:
-                testfile.check_free_space(tf["path"], tf["size_bytes"])
+            testfile.check_free_space(tf["path"], tf["size_bytes"])
         except ValueError as err:
             raise ConfigError(str(err)) from None
 
