@@ -31,7 +31,7 @@ rule compare:
     log:
         f"{SETTINGS['results']}/compare/compare.log",
     params:
-        results=SETTINGS["results"],
+        results=lambda w, output: os.path.dirname(os.path.dirname(output.md)),
     conda:
         CONDA_ENV
     shell:
