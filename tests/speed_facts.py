@@ -69,14 +69,17 @@ def erlang_spawn_rate() -> float:
 
 def http_deadline_overrun() -> float:
     """Seconds a builtin-client load with a 0.3 s deadline takes to return."""
-    from perfgrid import binding, httpload, httpserver
+    from perfgrid import binding
+    from perfgrid.experiments.http import load
+    from perfgrid.experiments.http.counter import init_database
+    from perfgrid.experiments.http.supervisor import ServerGroup
 
     with tempfile.TemporaryDirectory() as folder:
         db = Path(folder) / "c.sqlite"
-        httpserver.init_database(db)
-        with httpserver.ServerGroup("asyncio", db, binding.plan("none", 1)) as group:
+        init_database(db)
+        with ServerGroup("asyncio", db, binding.plan("none", 1)) as group:
             started = time.monotonic()
-            httpload.run_builtin(group.port, 10_000_000, 4, True, deadline_s=0.3)
+            load.run_builtin(group.port, 10_000_000, 4, True, deadline_s=0.3)
             return time.monotonic() - started
 
 

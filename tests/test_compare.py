@@ -10,7 +10,7 @@ import pandas as pd
 import pyperf
 import pytest
 
-from perfgrid import aggregate, compare
+from perfgrid import aggregate, cli, compare
 from perfgrid.experiments import get
 from perfgrid.paths import Layout
 
@@ -119,6 +119,19 @@ def test_a_result_file_outside_raw_is_an_error_naming_it(tmp_path, recorded):
     with pytest.raises(ValueError, match="points outside") as info:
         compare._local(tmp_path, recorded)
     assert repr(recorded) in str(info.value) and str(tmp_path / "raw") in str(info.value)
+
+
+def test_summary_command_finds_every_host_with_a_table(tmp_path):
+    """``perfgrid summary RESULTS`` (rule compare) looks the hosts up itself."""
+    for host, speed in (("hosta", 1.0), ("hostb", 2.0)):
+        _result_folder(tmp_path, host, speed)
+    (tmp_path / "results" / "archive").mkdir()  # no table: not a host
+    assert [p.name for p in compare.hosts_with_tables(tmp_path / "results")] == ["hosta", "hostb"]
+    cli.main(["summary", str(tmp_path / "results"), "--out-md", str(tmp_path / "s.md"),
+              "--out-html", str(tmp_path / "s.html")])
+    header = next(line for line in (tmp_path / "s.md").read_text().splitlines()
+                  if line.startswith("| variant"))
+    assert header.endswith("| runtime | hosta | hostb |")
 
 
 def test_summary_puts_every_host_side_by_side(tmp_path):

@@ -446,3 +446,20 @@ def test_a_dry_run_writes_nothing(tmp_path):
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     assert not (tmp_path / "elsewhere").exists()
     assert [p.name for p in work.iterdir()] in ([], [".snakemake"])
+
+
+def test_the_used_config_and_skipped_jobs_write_what_the_workflow_decided(tmp_path):
+    """Rules used_config and skipped run ``perfgrid used-config`` and ``perfgrid skipped``:
+    the config as validated goes in as JSON and comes back as YAML, and the skipped points
+    worked out again from that YAML are the ones the workflow's grid skips."""
+    import json
+
+    from perfgrid import cli
+
+    config = copy.deepcopy(BASE)
+    cfg = settings.validated(config, check_disk=False)
+    used, skipped = tmp_path / "config.used.yaml", tmp_path / "skipped.json"
+    cli.main(["used-config", "--config", json.dumps(config), str(used)])
+    assert yaml.safe_load(used.read_text()) == config
+    cli.main(["skipped", str(used), str(skipped)])
+    assert json.loads(skipped.read_text()) == settings.skipped(cfg)

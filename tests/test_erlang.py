@@ -12,9 +12,10 @@ import numpy as np
 import psutil
 import pytest
 
-from perfgrid import erlang, httpload, settings
+from perfgrid import erlang, settings
 from perfgrid.aggregate import row_from_result
 from perfgrid.experiments import get
+from perfgrid.experiments.http import load as http_load
 
 from helpers import FULL, REPO
 
@@ -114,7 +115,7 @@ def test_http_program_counts_every_request_once(beams, tmp_path):
         assert server.ask("reset") == {"counter": 0}
         for keepalive in (False, True):
             server.ask("reset")
-            result = httpload.run_builtin(server.ready["port"], 60, 5, keepalive, 30)
+            result = http_load.run_builtin(server.ready["port"], 60, 5, keepalive, 30)
             assert (result.ok, result.errors, result.non2xx) == (60, 0, 0)
             assert sorted(result.values) == list(range(60))
             assert server.ask("count") == {"counter": 60}

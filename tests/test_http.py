@@ -20,10 +20,15 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from perfgrid import binding, httpload, httpserver, settings
+from perfgrid import binding, settings
 from perfgrid.analysis import http as analysis
 from perfgrid.experiments import get
+from perfgrid.experiments import http as http_mod
 from perfgrid.experiments.http import CorrectnessError, check_load
+from perfgrid.experiments.http import counter as sqlite_counter
+from perfgrid.experiments.http import load as http_load
+from perfgrid.experiments.http import server as http_server
+from perfgrid.experiments.http.supervisor import ServerGroup
 
 from helpers import REPO, gone, needs
 from synthetic import row, single
@@ -46,7 +51,7 @@ def descendants() -> set[int]:
 @pytest.fixture
 def db(tmp_path):
     path = tmp_path / "counter.sqlite"
-    httpserver.init_database(path)
+    sqlite_counter.init_database(path)
     return path
 
 
@@ -54,15 +59,15 @@ def db(tmp_path):
 
 
 def test_increment_is_one_transaction_returning_the_previous_value(db):
-    counter = httpserver.Counter(db)
+    counter = sqlite_counter.Counter(db)
     try:
         assert [counter.increment() for _ in range(3)] == [0, 1, 2]
     finally:
         counter.close()
-    assert httpserver.read_counter(db) == 3
-    httpserver.init_database(db)
-    assert httpserver.read_counter(db) == 0
-    conn = httpserver.connect(db)
+    assert sqlite_counter.read_counter(db) == 3
+    sqlite_counter.init_database(db)
+    assert sqlite_counter.read_counter(db) == 0
+    conn = sqlite_counter.connect(db)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     conn.close()
 
@@ -74,24 +79,24 @@ def test_increment_is_one_transaction_returning_the_previous_value(db):
     (b"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n", True),
 ])
 def test_keepalive_follows_the_http_version_and_header(head, keep):
-    assert httpserver.wants_keepalive(head) is keep
+    assert http_server.wants_keepalive(head) is keep
 
 
 def test_answers_have_a_fixed_length_and_only_get_counts(db):
-    counter = httpserver.Counter(db)
+    counter = sqlite_counter.Counter(db)
     try:
-        first, _ = httpserver.answer(b"GET / HTTP/1.0\r\n\r\n", counter)
+        first, _ = http_server.answer(b"GET / HTTP/1.0\r\n\r\n", counter)
         for _ in range(9):
-            httpserver.answer(b"GET / HTTP/1.0\r\n\r\n", counter)
-        tenth, _ = httpserver.answer(b"GET / HTTP/1.0\r\n\r\n", counter)
+            http_server.answer(b"GET / HTTP/1.0\r\n\r\n", counter)
+        tenth, _ = http_server.answer(b"GET / HTTP/1.0\r\n\r\n", counter)
         assert len(first) == len(tenth)  # ab counts a length change as a failed request
         assert tenth.endswith(b"%020d\n" % 10)
-        post, _ = httpserver.answer(b"POST / HTTP/1.1\r\n\r\n", counter)
-        bad, keep = httpserver.answer(b"nonsense\r\n\r\n", counter)
+        post, _ = http_server.answer(b"POST / HTTP/1.1\r\n\r\n", counter)
+        bad, keep = http_server.answer(b"nonsense\r\n\r\n", counter)
         assert post.startswith(b"HTTP/1.1 405") and bad.startswith(b"HTTP/1.1 400") and not keep
     finally:
         counter.close()
-    assert httpserver.read_counter(db) == 11
+    assert sqlite_counter.read_counter(db) == 11
 
 
 # --- servers and loads --------------------------------------------------------------
@@ -99,9 +104,9 @@ def test_answers_have_a_fixed_length_and_only_get_counts(db):
 
 @pytest.mark.parametrize("keepalive", [False, True])
 def test_builtin_load_every_value_once(db, keepalive):
-    with httpserver.ServerGroup("asyncio", db, binding.plan("none", 2)) as group:
-        result = httpload.run_builtin(group.port, 300, 8, keepalive, deadline_s=30)
-        counter = httpserver.read_counter(db)
+    with ServerGroup("asyncio", db, binding.plan("none", 2)) as group:
+        result = http_load.run_builtin(group.port, 300, 8, keepalive, deadline_s=30)
+        counter = sqlite_counter.read_counter(db)
     assert (result.ok, result.errors, result.non2xx, result.unanswered) == (300, 0, 0, 0)
     assert counter == 300
     assert sorted(result.values) == list(range(300))
@@ -112,9 +117,9 @@ def test_builtin_load_every_value_once(db, keepalive):
 @needs("ab")
 @pytest.mark.parametrize("keepalive", [False, True])
 def test_ab_load_counter_matches_completed(db, keepalive):
-    with httpserver.ServerGroup("asyncio", db, binding.plan("none", 2)) as group:
-        result = httpload.run_ab(group.port, 400, 10, keepalive, deadline_s=30)
-        counter = httpserver.read_counter(db)
+    with ServerGroup("asyncio", db, binding.plan("none", 2)) as group:
+        result = http_load.run_ab(group.port, 400, 10, keepalive, deadline_s=30)
+        counter = sqlite_counter.read_counter(db)
     assert (result.ok, result.errors, result.non2xx) == (400, 0, 0)
     assert counter == 400
     assert result.detail["keepalive_requests"] == (400 if keepalive else 0)
@@ -123,14 +128,14 @@ def test_ab_load_counter_matches_completed(db, keepalive):
 
 
 def test_uvloop_server_serves(db):
-    with httpserver.ServerGroup("uvloop", db, binding.plan("none", 1)) as group:
-        result = httpload.run_builtin(group.port, 100, 4, True, deadline_s=30)
-    assert result.ok == 100 == httpserver.read_counter(db)
+    with ServerGroup("uvloop", db, binding.plan("none", 1)) as group:
+        result = http_load.run_builtin(group.port, 100, 4, True, deadline_s=30)
+    assert result.ok == 100 == sqlite_counter.read_counter(db)
 
 
 def test_workers_listen_on_loopback_only_and_are_pinned(db):
     plan = binding.plan("single", 3)
-    with httpserver.ServerGroup("asyncio", db, plan) as group:
+    with ServerGroup("asyncio", db, plan) as group:
         listening = []
         for pid in group.pids:
             proc = psutil.Process(pid)
@@ -163,7 +168,7 @@ def test_case_runs_checks_and_leaves_nothing_running(tmp_path):
 
 def test_lost_or_doubled_increments_fail_with_the_numbers():
     def result(ok, values=None, completed=None):
-        return httpload.LoadResult("builtin", 3, 1, False, 1.0, completed or ok, ok, 0, 0,
+        return http_load.LoadResult("builtin", 3, 1, False, 1.0, completed or ok, ok, 0, 0,
                                    1.0, 1.0, 1.0, 0.1, values=values)
 
     check_load(result(3, [0, 1, 2]), 3)
@@ -178,7 +183,7 @@ def test_lost_or_doubled_increments_fail_with_the_numbers():
 def test_any_failed_request_fails_the_load_with_the_numbers():
     """The issue's case: 2,844 of 4,000 requests failed, the counter agreed with the rest."""
     def result(ok, errors=0, non2xx=0):
-        return httpload.LoadResult("builtin", 4000, 4, False, 1.0, ok + non2xx, ok, non2xx,
+        return http_load.LoadResult("builtin", 4000, 4, False, 1.0, ok + non2xx, ok, non2xx,
                                    errors, 1.0, 1.0, 1.0, 0.1, values=list(range(ok)),
                                    detail={"error_ConnectionRefusedError": errors})
 
@@ -205,7 +210,7 @@ def test_killing_the_only_server_worker_mid_load_fails_the_point(tmp_path, clien
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             with contextlib.suppress(Exception):  # the database is being reset
-                if httpserver.read_counter(database) >= 100:
+                if sqlite_counter.read_counter(database) >= 100:
                     break
             time.sleep(0.005)
         worker.kill()
@@ -231,9 +236,9 @@ def test_killing_the_only_server_worker_mid_load_fails_the_point(tmp_path, clien
 
 def test_errors_are_counted_not_dropped(db):
     """Requests to a server that is gone are errors, counted by kind; all-failed fails."""
-    with httpserver.ServerGroup("asyncio", db, binding.plan("none", 1)) as group:
+    with ServerGroup("asyncio", db, binding.plan("none", 1)) as group:
         port = group.port
-    result = httpload.run_builtin(port, 20, 2, False, deadline_s=10)
+    result = http_load.run_builtin(port, 20, 2, False, deadline_s=10)
     assert result.errors == 20 and result.ok == 0
     assert result.detail  # error kinds, e.g. error_ConnectionRefusedError
     with pytest.raises(CorrectnessError, match="20 errors and 0 non-2xx answers: 0 of 20"):
@@ -252,7 +257,7 @@ def test_ab_report_is_parsed():
         Time per request:       12.340 [ms] (mean)
         Time per request:       1.234 [ms] (mean, across all concurrent requests)
         """)
-    figures = httpload.parse_ab(text)
+    figures = http_load.parse_ab(text)
     assert figures["wall_s"] == 1.234 and figures["completed"] == 1000
     assert figures["failed"] == 3 and figures["non2xx"] == 5 and figures["mean_ms"] == 12.34
     assert figures["fail_length"] == 2 and figures["keepalive_requests"] == 990
@@ -281,7 +286,7 @@ def test_sigkill_of_the_job_kills_servers_and_load(tmp_path, client):
         while len(kids := psutil.Process(job.pid).children()) < want:
             assert job.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
-        while httpserver.read_counter(tmp_path / "k.sqlite") == 0:  # the load is running
+        while sqlite_counter.read_counter(tmp_path / "k.sqlite") == 0:  # the load is running
             assert time.monotonic() < deadline
             time.sleep(0.05)
         pids = [k.pid for k in kids]
@@ -319,7 +324,7 @@ def test_zero_workers_is_refused(tmp_path):
     with pytest.raises(ValueError, match="http.workers"):
         EXP.prepare(point(workers=0), {"database": str(tmp_path / "d")})
     with pytest.raises(ValueError, match="http.workers"):
-        httpserver.ServerGroup("asyncio", tmp_path / "d", [])
+        ServerGroup("asyncio", tmp_path / "d", [])
 
 
 def test_taken_port_is_refused_and_nothing_is_left(tmp_path):
@@ -351,8 +356,8 @@ def test_fixed_port_can_be_reused_right_after_a_run(db):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     for _ in range(2):  # the first run leaves TIME_WAIT connections on the port
-        with httpserver.ServerGroup("asyncio", db, binding.plan("none", 1), port=port) as group:
-            assert httpload.run_builtin(group.port, 50, 5, False, 10).ok == 50
+        with ServerGroup("asyncio", db, binding.plan("none", 1), port=port) as group:
+            assert http_load.run_builtin(group.port, 50, 5, False, 10).ok == 50
 
 
 # --- the grid and the schema ------------------------------------------------------------
@@ -384,7 +389,7 @@ def test_bare_yaml_keepalive_words_mean_off_and_on():
 
 
 def test_unavailable_names_the_missing_tool(monkeypatch):
-    monkeypatch.setattr(httpserver, "uvloop_missing", lambda: "uvloop cannot be imported")
+    monkeypatch.setattr(http_mod, "uvloop_missing", lambda: "uvloop cannot be imported")
     assert "uvloop" in EXP.unavailable(point(variant="uvloop"))
     monkeypatch.setattr("shutil.which", lambda tool: None)
     assert "apache2-utils" in EXP.unavailable(point(client="ab"))
@@ -561,16 +566,16 @@ def test_plots_and_notes_are_written(tmp_path):
 def test_a_load_stops_at_its_deadline(db):
     """The builtin client stops at its deadline with requests unanswered (how long the stop
     takes is a benchmark fact: ``make bench``)."""
-    with httpserver.ServerGroup("asyncio", db, binding.plan("none", 1)) as group:
-        result = httpload.run_builtin(group.port, 10_000_000, 4, True, deadline_s=0.3)
+    with ServerGroup("asyncio", db, binding.plan("none", 1)) as group:
+        result = http_load.run_builtin(group.port, 10_000_000, 4, True, deadline_s=0.3)
     assert result.timed_out and result.unanswered > 0
     assert result.ok < result.requests
     with pytest.raises(CorrectnessError, match="deadline"):
-        check_load(result, httpserver.read_counter(db))
+        check_load(result, sqlite_counter.read_counter(db))
 
 
 @needs("ab")
 def test_an_ab_load_stops_at_its_deadline(db):
-    with httpserver.ServerGroup("asyncio", db, binding.plan("none", 1)) as group:
-        capped = httpload.run_ab(group.port, 10_000_000, 4, True, deadline_s=1)
+    with ServerGroup("asyncio", db, binding.plan("none", 1)) as group:
+        capped = http_load.run_ab(group.port, 10_000_000, 4, True, deadline_s=1)
     assert capped.timed_out and capped.completed < capped.requests

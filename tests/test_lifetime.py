@@ -189,8 +189,8 @@ def test_killed_job_takes_ab_with_it(tmp_path):
     try:
         seen = kill_job_and_check("""
             import sys
-            from perfgrid import httpload
-            httpload.run_ab(int(sys.argv[2]), 10, 2, False, 120)
+            from perfgrid.experiments.http import load
+            load.run_ab(int(sys.argv[2]), 10, 2, False, 120)
             """, ("ab",), tmp_path, str(silent.getsockname()[1]))
     finally:
         silent.close()
@@ -225,10 +225,12 @@ def test_killed_job_takes_the_erlang_vm_with_it(tmp_path):
 def test_killed_job_takes_http_server_workers_with_it(tmp_path):
     seen = kill_job_and_check("""
         import sys, time
-        from perfgrid import binding, httpserver
+        from perfgrid import binding
+        from perfgrid.experiments.http.counter import init_database
+        from perfgrid.experiments.http.supervisor import ServerGroup
         db = sys.argv[1] + "/c.sqlite"
-        httpserver.init_database(db)
-        group = httpserver.ServerGroup("asyncio", db, binding.plan("none", 2))
+        init_database(db)
+        group = ServerGroup("asyncio", db, binding.plan("none", 2))
         open(sys.argv[1] + "/ready", "w").close()
         time.sleep(120)
         """, ("python", "python3") + (os.path.basename(sys.executable),), tmp_path)

@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 from hdrh.histogram import HdrHistogram
 
-from perfgrid import httpload, openloop
 from perfgrid.analysis import http as analysis
 from perfgrid.experiments import get
-from perfgrid.experiments.http import CorrectnessError, check_load
+from perfgrid.experiments.http import CorrectnessError, check_load, openloop
+from perfgrid.experiments.http import load as http_load
 
 from synthetic import row
 
@@ -104,9 +104,9 @@ def test_a_200ms_stall_shows_in_the_open_loop_p99_with_abs_report_beside_it(stal
     result, step = openloop.run_step(stalling.port, 200.0, 200, 50, True, 30.0)
     check_load(result, stalling.counter - before)  # the counter invariant
     report = {"open_loop": {k: v for k, v in vars(step).items() if k != "hdr"}}
-    if httpload.missing_ab() is None:
+    if http_load.missing_ab() is None:
         stalling.arm()
-        ab = httpload.run_ab(stalling.port, 300, 1, True, 60.0)
+        ab = http_load.run_ab(stalling.port, 300, 1, True, 60.0)
         report["ab_same_server"] = {"p50_ms": ab.latency_p50_ms, "p99_ms": ab.latency_p99_ms,
                                     "mean_ms": ab.latency_mean_ms, "ok": ab.ok}
     (tmp_path / "stall.json").write_text(json.dumps(report, indent=1))
@@ -145,7 +145,7 @@ def test_unsent_requests_are_dropped_at_the_deadline_not_sent_late(stalling):
 
 
 def test_a_lost_increment_fails_the_step():
-    result = httpload.LoadResult("openloop", 10, 2, True, 1.0, 10, 10, 0, 0, 1, 1, 1, 0.1,
+    result = http_load.LoadResult("openloop", 10, 2, True, 1.0, 10, 10, 0, 0, 1, 1, 1, 0.1,
                                  values=list(range(10)))
     with pytest.raises(CorrectnessError, match="counter went up by 9"):
         check_load(result, 9)

@@ -54,6 +54,28 @@ def test_every_experiment_declares_code_that_exists():
             assert (src / path).is_file(), (name, path)
 
 
+@pytest.mark.parametrize("name", ["spawn", "ring", "http"])
+def test_a_package_experiments_jobs_take_every_module_of_its_package(name):
+    """Editing any module of ``experiments/<name>/`` reruns that experiment's jobs."""
+    package = REPO / "src" / "perfgrid" / "experiments" / name
+    modules = {f"experiments/{name}/{p.name}" for p in package.glob("*.py")}
+    assert len(modules) > 1
+    assert set(experiments.get(name).sources()) >= modules
+
+
+def test_generic_code_names_no_experiment():
+    """The rule files and the generic modules ask the registry; none names an experiment,
+    so adding one touches none of them."""
+    generic = [REPO / "Snakefile", *sorted((REPO / "workflow" / "rules").glob("*.smk")),
+               *sorted((REPO / "src" / "perfgrid").glob("*.py"))]
+    names = "|".join(experiments.available())
+    named = re.compile(rf"""["']({names})["']""")
+    found = [f"{path.relative_to(REPO)}:{number}" for path in generic
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             if named.search(line)]
+    assert found == []
+
+
 def _readme_defaults() -> dict[str, dict[str, str]]:
     """``{experiment: {key: default cell}}`` of config/README.md's per-experiment tables."""
     out: dict[str, dict[str, str]] = {}

@@ -22,6 +22,8 @@ from perfgrid import binding, lifetime, settings
 from perfgrid.analysis import ring as analysis
 from perfgrid.experiments import get
 from perfgrid.experiments import ring as ring_mod
+from perfgrid.experiments.ring import rings as ring_rings
+from perfgrid.experiments.ring.usage import process_usage
 
 from helpers import FULL, SCHEMA, compile_native, gone
 from synthetic import row, single
@@ -38,7 +40,7 @@ def native_binary(tmp_path_factory) -> str:
 
 @pytest.mark.parametrize("variant", LOOPS)
 def test_task_rings_pass_every_token_and_cancel_every_member(variant):
-    rings = ring_mod.TaskRings(variant, rings=3, size=4)
+    rings = ring_rings.TaskRings(variant, rings=3, size=4)
     try:
         assert rings.alive() == 3 * 3
         assert rings.run(10) > 0
@@ -52,7 +54,7 @@ def test_task_rings_pass_every_token_and_cancel_every_member(variant):
 def test_thread_ring_pins_members_and_joins_them(bind):
     saved = sorted(os.sched_getaffinity(0))
     plan = binding.plan(bind, 3)
-    ring = ring_mod.ThreadRing(plan)
+    ring = ring_rings.ThreadRing(plan)
     try:
         assert ring.actual == plan
         assert ring.run(50) > 0
@@ -68,15 +70,15 @@ def test_thread_ring_pins_members_and_joins_them(bind):
 def test_pipe_ring_pins_members_and_reaps_them(bind):
     saved = sorted(os.sched_getaffinity(0))
     plan = binding.plan(bind, 3)
-    ring = ring_mod.PipeRing(plan)
+    ring = ring_rings.PipeRing(plan)
     pids = list(ring.pids)
     try:
         assert len(pids) == 2
         assert ring.actual == plan
         assert ring.run(50) > 0
-        before = ring_mod.process_usage(pids)
+        before = process_usage(pids)
         ring.run(200)
-        after = ring_mod.process_usage(pids)
+        after = process_usage(pids)
         assert after.ctx_voluntary - before.ctx_voluntary >= 200  # each member woke per trip
     finally:
         ring.close()
@@ -90,7 +92,7 @@ def test_pipe_ring_members_die_with_a_killed_job():
     script = textwrap.dedent("""
         import sys, time
         from perfgrid import binding
-        from perfgrid.experiments.ring import PipeRing
+        from perfgrid.experiments.ring.rings import PipeRing
         ring = PipeRing(binding.plan("none", 4))
         print(" ".join(map(str, ring.pids)), flush=True)
         while True:

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import ast
-import builtins
-import inspect
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 import uuid
@@ -25,6 +22,7 @@ from perfgrid.aggregate import rate_estimate
 from perfgrid.analysis import spawn as analysis
 from perfgrid.experiments import get
 from perfgrid.experiments import spawn as spawn_mod
+from perfgrid.experiments.spawn import chains
 
 from helpers import FULL, compile_native, needs, tagged, wait_for
 from synthetic import row, single
@@ -72,10 +70,10 @@ def run_case(pt: dict, options: dict | None = None, passes: int = 2) -> dict:
 
 
 def test_chain_lengths_split_the_total_evenly():
-    assert spawn_mod.chain_lengths(10, 3) == [4, 3, 3]
-    assert spawn_mod.chain_lengths(5, 5) == [1] * 5
+    assert chains.chain_lengths(10, 3) == [4, 3, 3]
+    assert chains.chain_lengths(5, 5) == [1] * 5
     with pytest.raises(ValueError, match="chains <= total"):
-        spawn_mod.chain_lengths(3, 4)
+        chains.chain_lengths(3, 4)
 
 
 @pytest.mark.parametrize("variant, chains, total", [
@@ -111,18 +109,15 @@ def test_fork_runner_is_a_lean_interpreter():
     assert meta["perfgrid_peak_rss_bytes"] < 40 << 20
 
 
-def test_lean_runner_source_needs_nothing_from_its_module():
-    """The runner's source runs alone (python -c): every name it uses it defines or imports."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(spawn_mod.lean_runner_main)))
-    loads = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
-             and isinstance(n.ctx, ast.Load)}
-    bound = ({n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
-              and isinstance(n.ctx, ast.Store)}
-             | {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
-             | {f.name for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)}
-             | {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import)
-                for a in n.names})
-    assert loads - bound - set(dir(builtins)) == set()
+def test_fork_runner_imports_only_the_standard_library():
+    """The runner is a script for a bare interpreter (python -I -S): nothing from perfgrid or
+    any installed package."""
+    tree = ast.parse(chains.FORK_RUNNER.read_text())
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
+                for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree)
+                 if isinstance(n, ast.ImportFrom) and n.module}
+    assert imported - {"__future__"} <= sys.stdlib_module_names
 
 
 @pytest.mark.parametrize("variant, chains, total", [

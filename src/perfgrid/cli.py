@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from perfgrid.atomic import atomic_path, write_json
+from perfgrid.atomic import atomic_path, write_json, write_text
 
 
 def _testfile(args: argparse.Namespace) -> None:
@@ -45,7 +45,8 @@ def _plots(args: argparse.Namespace) -> None:
 
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    written = module(args.experiment).plot(table, tmp)
+    # an experiment whose every point was skipped has an empty table, and no figures
+    written = [] if table.empty else module(args.experiment).plot(table, tmp)
     from perfgrid import experiments
     from perfgrid.analysis import scaling
 
@@ -123,7 +124,26 @@ def _aa(args: argparse.Namespace) -> None:
 def _summary(args: argparse.Namespace) -> None:
     from perfgrid import compare
 
-    compare.summary(args.roots, args.out_md, args.out_html)
+    roots = compare.hosts_with_tables(args.results)
+    compare.summary(roots, args.out_md, args.out_html)
+    print(f"summary: {len(roots)} hosts -> {args.out_md}, {args.out_html}")
+
+
+def _used_config(args: argparse.Namespace) -> None:
+    import yaml
+
+    write_text(args.output, yaml.safe_dump(json.loads(args.config), sort_keys=True))
+
+
+def _skipped(args: argparse.Namespace) -> None:
+    import yaml
+
+    from perfgrid import settings
+
+    cfg = settings.effective(yaml.safe_load(Path(args.config).read_text()), check_disk=False)
+    points = settings.skipped(cfg)
+    write_json(args.output, points)
+    print(f"skipped: {len(points)} points -> {args.output}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -197,10 +217,21 @@ def main(argv: list[str] | None = None) -> None:
     p.set_defaults(func=_aa)
 
     p = sub.add_parser("summary", help="every host's rates side by side")
-    p.add_argument("roots", nargs="+", help="results/<host> folders")
+    p.add_argument("results", help="the results folder: every <host> in it that has a table")
     p.add_argument("--out-md", required=True)
     p.add_argument("--out-html", required=True)
     p.set_defaults(func=_summary)
+
+    p = sub.add_parser("used-config", help="write the config as used (YAML), for provenance")
+    p.add_argument("output", help="config.used.yaml")
+    p.add_argument("--config", required=True, help="the config after validation, as JSON")
+    p.set_defaults(func=_used_config)
+
+    p = sub.add_parser("skipped", help="write the grid points this machine cannot run, "
+                       "each with the reason")
+    p.add_argument("config", help="the config as used (config.used.yaml)")
+    p.add_argument("output", help="skipped.json")
+    p.set_defaults(func=_skipped)
 
     args = parser.parse_args(argv)
     try:

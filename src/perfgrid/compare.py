@@ -24,19 +24,16 @@ import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import matplotlib
+import numpy as np
+import pandas as pd
+import pyperf
+from scipy import stats as sps
 
-matplotlib.use("Agg")
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import pyperf  # noqa: E402
-import seaborn as sns  # noqa: E402
-from scipy import stats as sps  # noqa: E402
-
-from perfgrid import aggregate, analysis, archive, experiments, stats  # noqa: E402
-from perfgrid.analysis import save  # noqa: E402
-from perfgrid.atomic import write_text  # noqa: E402
-from perfgrid.report import md_table  # noqa: E402
+from perfgrid import aggregate, analysis, archive, experiments, stats
+from perfgrid.analysis import plot_setup, save
+from perfgrid.atomic import write_text
+from perfgrid.paths import every_table
+from perfgrid.report import md_table
 
 
 def resolve(source: str, scratch: Path) -> Path:
@@ -213,9 +210,9 @@ def compare(a_src: str, b_src: str, out_dir: Path) -> dict[str, Any]:
 
 def _ratio_plot(table: pd.DataFrame, label_a: str, label_b: str):
     """Each point's ratio B/A with its interval, by variant; significant points filled."""
+    plot_setup(table)
     import matplotlib.pyplot as plt
 
-    sns.set_theme(style="whitegrid", context="paper")
     data = table.reset_index(drop=True)
     fig, ax = plt.subplots(figsize=(7, 0.25 * len(data) + 1.5))
     ypos = np.arange(len(data))
@@ -232,7 +229,12 @@ def _ratio_plot(table: pd.DataFrame, label_a: str, label_b: str):
     return fig
 
 
-def summary(roots: list[str], md_path: str, html_path: str) -> None:
+def hosts_with_tables(results: str | Path) -> list[Path]:
+    """The result sets (``<results>/<host>``) under ``results`` that have a table."""
+    return sorted({table.parent.parent for table in every_table(results)})
+
+
+def summary(roots: list[str | Path], md_path: str, html_path: str) -> None:
     """One cross-machine table per experiment: the rate of every point on every host."""
     lines = ["# perfgrid: every host side by side\n"]
     html_parts = ["<h1>perfgrid: every host side by side</h1>"]

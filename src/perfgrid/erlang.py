@@ -1,7 +1,7 @@
 """Run perfgrid's Erlang programs: the seeds' own runtime beside the Python ports.
 
-Each experiment has an Erlang module in ``src/perfgrid/erlang/`` (compiled
-to ``.beam`` files by the pipeline's ``erlang_beams`` rule). A program times
+Each experiment has an Erlang module in ``src/perfgrid/erlang_src/`` (compiled
+to ``.beam`` files by the pipeline's ``erlang_beam`` rule). A program times
 its measured part itself (``erlang:monotonic_time``, never the VM's start-up)
 and prints one JSON line; :func:`run` starts a fresh VM, waits for it under a
 timeout (killing it past the deadline), parses that line and returns it with
@@ -33,9 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from perfgrid import binding, lifetime
+from perfgrid.paths import ERLANG_SOURCES, PACKAGE
 
 #: the Erlang sources, one module per experiment plus pg_util
-SOURCE_DIR = Path(__file__).resolve().parent / "erlang"
+SOURCE_DIR = PACKAGE / ERLANG_SOURCES
 MODULES = ("pg_util", "pg_file_read", "pg_timers", "pg_ring", "pg_spawn", "pg_http")
 #: perfgrid binding -> the VM's scheduler bind type (+sbt); single uses +S 1 instead
 SBT = {"none": "u", "single": "u", "compact": "db", "spread": "ts"}

@@ -13,10 +13,21 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
+#: the perfgrid package (src/perfgrid): the code jobs run, and the sources of their programs
+PACKAGE = Path(__file__).resolve().parent
+#: the C programs (``<program>.c`` and their shared ``perfgrid.h``), under :data:`PACKAGE`
+NATIVE_SOURCES = "native"
+#: the Erlang modules (``<module>.erl``), under :data:`PACKAGE`
+ERLANG_SOURCES = "erlang_src"
 #: the repository's own folders: no result or test file may land in (or contain) one
 SOURCE_DIRS = ("src", "workflow", "config", "profiles", "tests", ".ci", ".git")
 #: names the pipeline itself uses under results/, so no host may take them
 RESERVED_NAMES = ("archive", "compare")
+
+
+def every_table(results: str | Path) -> list[Path]:
+    """Every host's tables under the results folder (``<results>/<host>/tables/*.csv``)."""
+    return sorted(Path(results).glob("*/tables/*.csv"))
 
 
 @dataclass(frozen=True)

@@ -242,16 +242,17 @@ def resolve_auto(config: dict[str, Any]) -> dict[str, list[int]]:
     """Replace every ``auto`` of a worker axis in ``config`` by its counts, in place.
 
     Worker axes: each experiment's ``workers``, its ``erlang.workers`` and each
-    ``extra_grids[i].workers``; a ring needs two members, so ring's auto starts at 2.
-    Returns the resolved keys and their counts.
+    ``extra_grids[i].workers``; auto starts at the experiment's ``min_workers`` (a ring
+    needs two members), an Erlang VM's at one scheduler. Returns the resolved keys and
+    their counts.
     """
     done: dict[str, list[int]] = {}
     cpus: int | None = None
-    for name in experiments.ALL:
+    for name in experiments.available():
         section = config.get(name)
         if not isinstance(section, dict):
             continue
-        least = 2 if name == "ring" else 1
+        least = experiments.get(name).min_workers
         holders = [(name, section, least)]
         if isinstance(section.get("erlang"), dict):
             holders.append((f"{name}.erlang", section["erlang"], 1))
@@ -272,7 +273,12 @@ def resolve_auto(config: dict[str, Any]) -> dict[str, list[int]]:
 
 
 def effective(config: dict[str, Any], check_disk: bool = True) -> dict[str, Any]:
-    """The config with derived values filled in; raises ConfigError, writes nothing."""
+    """The config with derived values filled in; raises ConfigError, writes nothing.
+
+    ``check_disk`` also looks at the disk: the file already at the test file's path,
+    free space, a writable results folder. A job that works the grid out again (rule
+    skipped, while the testfile job may be writing the file) passes False.
+    """
     check_shape(config)
     check_strict(config)
     cfg = copy.deepcopy(config)
@@ -301,15 +307,16 @@ def effective(config: dict[str, Any], check_disk: bool = True) -> dict[str, Any]
     tf["path"] = tf.get("path") or str(layout.testfile_default)
     _not_an_option(tf["path"], "testfile.path")
     _outside_sources(tf["path"], "testfile.path")
-    database = (cfg.get("http") or {}).get("database")
-    if database:
-        _not_an_option(database, "http.database")
-        _outside_sources(database, "http.database")
-    if "file_read" in cfg["experiments"]:
+    for name in known:  # files an experiment's jobs write (http.database)
+        for key in experiments.get(name).path_keys:
+            path = (cfg.get(name) or {}).get(key)
+            if path:
+                _not_an_option(path, f"{name}.{key}")
+                _outside_sources(path, f"{name}.{key}")
+    if check_disk and uses_testfile(cfg):
         try:
             testfile.check_existing(tf["path"], tf["size_bytes"], tf.get("seed"))
-            if check_disk:
-                testfile.check_free_space(tf["path"], tf["size_bytes"])
+            testfile.check_free_space(tf["path"], tf["size_bytes"])
         except ValueError as err:
             raise ConfigError(str(err)) from None
 
@@ -330,6 +337,11 @@ def effective(config: dict[str, Any], check_disk: bool = True) -> dict[str, Any]
     if check_disk:
         _writable(layout.root, "results")
     return cfg
+
+
+def uses_testfile(cfg: dict[str, Any]) -> bool:
+    """Whether an enabled experiment reads the test file (:attr:`Experiment.uses_testfile`)."""
+    return any(experiments.get(name).uses_testfile for name in cfg["experiments"])
 
 
 def _check_cap(measure: dict[str, Any], key: str) -> None:
@@ -447,6 +459,11 @@ def jobs(cfg: dict[str, Any]) -> list[order.Job]:
 def grid(cfg: dict[str, Any], experiment: str) -> list[dict[str, Any]]:
     """Every grid point of an enabled experiment."""
     return experiments.get(experiment).points(cfg[experiment], cfg)
+
+
+def skipped(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every grid point this machine cannot run, each with its experiment and ``reason``."""
+    return [s for name in cfg["experiments"] for s in split_grid(cfg, name)[1]]
 
 
 def split_grid(cfg: dict[str, Any], experiment: str) -> tuple[list[dict], list[dict]]:

@@ -1,13 +1,8 @@
 # Targets outside `all`: `snakemake --cores 1 archive`, `snakemake --cores 1 compare`.
-import glob
-
 from perfgrid.archive import archive_name
+from perfgrid.paths import every_table
 
 ARCHIVE = f"{SETTINGS['results']}/archive/{archive_name(SETTINGS['host'])}.tar.gz"
-HOSTS_WITH_TABLES = sorted(
-    {os.path.basename(os.path.dirname(os.path.dirname(p)))
-     for p in glob.glob(f"{SETTINGS['results']}/*/tables/*.csv")}
-)
 
 
 rule archive:
@@ -27,19 +22,18 @@ rule archive:
 
 
 rule compare:
+    # every table of every host under results/, looked for only when compare is asked for
     input:
-        [Layout.for_host(h, SETTINGS["results"]).table(e)
-         for h in HOSTS_WITH_TABLES for e in experiments.available()
-         if os.path.exists(Layout.for_host(h, SETTINGS["results"]).table(e))],
+        lambda w: [str(table) for table in every_table(SETTINGS["results"])],
     output:
         md=f"{SETTINGS['results']}/compare/summary.md",
         html=f"{SETTINGS['results']}/compare/summary.html",
     log:
         f"{SETTINGS['results']}/compare/compare.log",
     params:
-        roots=[f"{SETTINGS['results']}/{h}" for h in HOSTS_WITH_TABLES],
+        results=lambda w, output: os.path.dirname(os.path.dirname(output.md)),
     conda:
         CONDA_ENV
     shell:
-        "python -m perfgrid.cli summary {params.roots:q} --out-md {output.md:q} "
+        "python -m perfgrid.cli summary {params.results:q} --out-md {output.md:q} "
         "--out-html {output.html:q} > {log:q} 2>&1"

@@ -1,11 +1,12 @@
 # Validation, the effective config, grid expansion and input functions; no rules.
+import json
 import os
 import shlex
 import sys
 import time
 
 from perfgrid import binding, experiments, jobs, order, settings
-from perfgrid.paths import Layout
+from perfgrid.paths import ERLANG_SOURCES, NATIVE_SOURCES, Layout
 
 
 # The schema (../schemas/config.schema.yaml, defaults filled in) and what it cannot
@@ -115,11 +116,6 @@ def job_priority(experiment):
         return PRIORITY.get(key, -1 - len(PRIORITY))
 
     return priority
-
-
-def skipped_points():
-    """Grid points skipped on this machine, each with its reason."""
-    return [s for e in SETTINGS["experiments"] for s in settings.split_grid(SETTINGS, e)[1]]
 
 
 def bench_params(experiment):

@@ -7,8 +7,8 @@
 
 rule native_program:
     input:
-        source=f"{SRC}/native/{{program}}.c",
-        header=f"{SRC}/native/perfgrid.h",
+        source=f"{SRC}/{NATIVE_SOURCES}/{{program}}.c",
+        header=f"{SRC}/{NATIVE_SOURCES}/perfgrid.h",
     output:
         LAYOUT.native_binary("{program}"),
     log:
@@ -23,7 +23,7 @@ rule native_program:
 
 rule erlang_beam:
     input:
-        f"{SRC}/erlang/{{module}}.erl",
+        f"{SRC}/{ERLANG_SOURCES}/{{module}}.erl",
     output:
         f"{LAYOUT.erlang_beams}/{{module}}.beam",
     log:

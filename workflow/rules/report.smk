@@ -60,7 +60,7 @@ rule report:
         LAYOUT.log("report.log"),
     params:
         experiments=SETTINGS["experiments"],
-        testfile_facts=TESTFILE + ".json" if "file_read" in SETTINGS["experiments"] else "none",
+        testfile_facts=TESTFILE + ".json" if settings.uses_testfile(SETTINGS) else "none",
         noise=SETTINGS["noise"],
         root=lambda w, input: os.path.dirname(input.machine),
     conda:

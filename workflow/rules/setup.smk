@@ -21,26 +21,29 @@ rule used_config:
     log:
         LAYOUT.log("used_config.log"),
     params:
-        config=config,
-    run:
-        import yaml
-
-        from perfgrid.atomic import write_text
-
-        write_text(output[0], yaml.safe_dump(params.config, sort_keys=True))
+        config=json.dumps(config, sort_keys=True),
+    conda:
+        CONDA_ENV
+    shell:
+        "python -m perfgrid.cli used-config --config {params.config:q} {output:q} > {log:q} 2>&1"
 
 
 rule skipped:
+    # The job works the list out again from the config as used (hundreds of points do not
+    # fit on a command line); the params hold the list the DAG was built with, so that
+    # Snakemake reruns the job when it changes (a tool installed or removed).
+    input:
+        LAYOUT.used_config,
     output:
         LAYOUT.skipped,
     log:
         LAYOUT.log("skipped.log"),
     params:
-        skipped=skipped_points(),
-    run:
-        from perfgrid.atomic import write_json
-
-        write_json(output[0], params.skipped)
+        skipped=settings.skipped(SETTINGS),
+    conda:
+        CONDA_ENV
+    shell:
+        "python -m perfgrid.cli skipped {input:q} {output:q} > {log:q} 2>&1"
 
 
 rule testfile:

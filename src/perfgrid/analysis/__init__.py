@@ -4,7 +4,8 @@ Each experiment ``<name>`` has a module ``perfgrid.analysis.<name>`` with:
 
 - ``SEED_ROWS``: the seed's published figures as table rows (quoted, with
   their source), in the same columns as this machine's table;
-- ``plot(table, out_dir) -> list[Path]``: seaborn figures (PNG and SVG);
+- ``plot(table, out_dir) -> list[Path]``: seaborn figures (PNG, SVG and PDF) of a
+  table with rows, set up by :func:`plot_setup`;
 - ``claims(table) -> list[Claim]``: each seed claim as a hypothesis, the
   criterion, the figure measured here with its 95 % interval, and a verdict
   decided by that interval (:func:`judged`), with a ``why`` from the kernel
@@ -157,6 +158,32 @@ def why(table, columns: tuple[str, ...], sides: dict[str, dict]) -> str:
 def module(name: str) -> ModuleType:
     """The analysis module of experiment ``name``."""
     return importlib.import_module(f"perfgrid.analysis.{name}")
+
+
+def plot_setup(table) -> list[str]:
+    """Set up a plot job's figures; returns the table's bindings in the order every plot uses.
+
+    Every analysis module's ``plot`` starts here: figures are drawn off-screen (the Agg
+    backend: plot jobs have no display) in one seaborn theme, and a binding axis or
+    legend follows :data:`perfgrid.binding.BINDINGS` (none, single, compact, spread).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import seaborn as sns
+
+    from perfgrid.binding import BINDINGS
+
+    sns.set_theme(style="whitegrid", context="paper")
+    present = set(table["binding"]) if "binding" in table else set()
+    return [b for b in BINDINGS if b in present]
+
+
+def palette_for(values: list) -> dict:
+    """One seaborn color per value, in order, so a value keeps its color in every figure."""
+    import seaborn as sns
+
+    return dict(zip(values, sns.color_palette(n_colors=len(values)), strict=True))
 
 
 def save(fig, out_dir, name: str) -> list:

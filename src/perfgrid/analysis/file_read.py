@@ -4,24 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import pandas as pd
+import seaborn as sns
 
-matplotlib.use("Agg")
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from perfgrid.analysis import (  # noqa: E402
+from perfgrid.analysis import (
     INTERVAL_BARS,
     Claim,
     best_row,
     inconclusive,
     interval_rows,
     judged,
+    plot_setup,
     rate_at,
     save,
     why,
 )
-from perfgrid.stats import Estimate  # noqa: E402
+from perfgrid.stats import Estimate
 
 NAME = "file_read"
 GIB = 1 << 30
@@ -60,7 +58,7 @@ def _gbps(table: pd.DataFrame) -> pd.DataFrame:
 def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
     """Throughput vs block size per variant and cache; parallel throughput vs workers."""
     written: list[Path] = []
-    sns.set_theme(style="whitegrid", context="paper")
+    plot_setup(table)
     single = _gbps(table[table["variant"].isin(SINGLE)])
     if not single.empty:
         grid = sns.relplot(data=single, x="block_size", y="gb_per_s", hue="variant",

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
 import numpy as np
+import pandas as pd
+import seaborn as sns
 
-matplotlib.use("Agg")
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from perfgrid.analysis import (  # noqa: E402
+from perfgrid.analysis import (
     INTERVAL_BARS,
     Claim,
     by_runtime,
@@ -19,12 +16,13 @@ from perfgrid.analysis import (  # noqa: E402
     interval_rows,
     judged,
     median_of,
+    plot_setup,
     rate_estimates,
     save,
     why,
     without_erlang,
 )
-from perfgrid.stats import Estimate, reduce  # noqa: E402
+from perfgrid.stats import Estimate, reduce
 
 NAME = "http"
 SOURCE = ("seed E5 a (004_cee54dc8e5b26200.txt), 2x quad Xeon E5450, R12B-5 vs R13A, "
@@ -125,9 +123,7 @@ def _seed_like(table: pd.DataFrame) -> pd.DataFrame:
 def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
     """Requests/s, p99 latency and CPU used, each vs concurrency, per workers and binding."""
     written: list[Path] = []
-    if table.empty:
-        return written
-    sns.set_theme(style="whitegrid", context="paper")
+    order = plot_setup(table)
     workers = sorted(table["workers"].astype(int).unique())
     data = table.assign(load=_load_label(table), krps=table["rate"] / 1e3,
                         workers=table["workers"].astype(int).astype(str))
@@ -139,10 +135,8 @@ def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
               "facet_kws": {"sharey": False, "margin_titles": True}}
 
     grid = sns.relplot(data=with_intervals, x="concurrency", y="krps", hue="workers",
-                       style="binding",
-                       style_order=[b for b in ("none", "single", "compact", "spread")
-                                    if b in set(data["binding"])],
-                       kind="line", markers=True, dashes=True, err_style="bars",
+                       style="binding", style_order=order, kind="line", markers=True,
+                       dashes=True, err_style="bars",
                        **INTERVAL_BARS, **facets)
     grid.set(xscale="log", xlabel="concurrency (connections)", ylabel="requests/s (thousands)")
     for ax in grid.axes.flat:

@@ -6,14 +6,11 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
-import matplotlib
 import numpy as np
+import pandas as pd
+import seaborn as sns
 
-matplotlib.use("Agg")
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from perfgrid.analysis import (  # noqa: E402
+from perfgrid.analysis import (
     INTERVAL_BARS,
     Claim,
     best_row,
@@ -22,12 +19,13 @@ from perfgrid.analysis import (  # noqa: E402
     judged,
     median_of,
     observed_estimate,
+    plot_setup,
     rate_at,
     rate_estimates,
     save,
     why,
 )
-from perfgrid.stats import Estimate, reduce  # noqa: E402
+from perfgrid.stats import Estimate, reduce
 
 NAME = "ring"
 _SOURCE = ("seed E5 b (004_cee54dc8e5b26200.txt), 1000 rings of 100 Erlang processes, "
@@ -62,10 +60,7 @@ PASSING_COUNTERS = ("ctx_switches_per_unit", "migrations_per_unit", "task_clock_
 def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
     """Cost per message by binding and workers; the user/sys/idle split beside the seed's."""
     written: list[Path] = []
-    if table.empty:
-        return written
-    sns.set_theme(style="whitegrid", context="paper")
-    order = [b for b in ("none", "single", "compact", "spread") if b in set(table["binding"])]
+    order = plot_setup(table)
 
     rings = table[table["variant"].isin(OS_RING)]
     if not rings.empty:

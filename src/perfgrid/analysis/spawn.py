@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import pandas as pd
+import seaborn as sns
 
-matplotlib.use("Agg")
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from perfgrid.analysis import (  # noqa: E402
+from perfgrid.analysis import (
     INTERVAL_BARS,
     Claim,
     best_row,
@@ -18,12 +15,14 @@ from perfgrid.analysis import (  # noqa: E402
     inconclusive,
     interval_rows,
     judged,
+    palette_for,
+    plot_setup,
     rate_at,
     save,
     why,
     without_erlang,
 )
-from perfgrid.stats import Estimate  # noqa: E402
+from perfgrid.stats import Estimate
 
 NAME = "spawn"
 #: what one CPU saves a chain: the scheduler's context switches and migrations per spawn
@@ -74,12 +73,9 @@ ABOUT_US = 1.0
 def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
     """Rate per primitive by chains (log scale), per binding; CPU per spawn and its sys share."""
     written: list[Path] = []
-    if table.empty:
-        return written
-    sns.set_theme(style="whitegrid", context="paper")
-    order = [b for b in ("none", "single", "compact", "spread") if b in set(table["binding"])]
+    order = plot_setup(table)
     hue_order = [v for v in ORDER if v in set(table["variant"])]
-    palette = dict(zip(hue_order, sns.color_palette(n_colors=len(hue_order)), strict=True))
+    palette = palette_for(hue_order)
     grid = sns.relplot(data=interval_rows(table, "rate"), x="chains", y="rate", hue="variant",
                        hue_order=hue_order, palette=palette, style="runtime", col="binding",
                        col_order=order, kind="line", marker="o", height=3.2, aspect=0.9,

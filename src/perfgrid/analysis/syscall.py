@@ -5,25 +5,24 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
+import seaborn as sns
 
-matplotlib.use("Agg")
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from perfgrid.analysis import (  # noqa: E402
+from perfgrid.analysis import (
     INTERVAL_BARS,
     Claim,
     inconclusive,
     interval_rows,
     judged,
     observed_estimate,
+    palette_for,
+    plot_setup,
     rate_at,
     save,
     why,
 )
-from perfgrid.stats import reduce  # noqa: E402
+from perfgrid.stats import reduce
 
 NAME = "syscall"
 _SOURCE = ("seed E3 (002_8ebf3a0e202d2726.txt), 8 cores (2x Xeon E5450 3.0 GHz), "
@@ -56,13 +55,10 @@ EXTRA_COLUMNS = ["rate_per_worker", "calls_per_cpu_s", "sys_share", "worker_cpus
 def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
     """Total rate by workers per binding (hue call, style runtime); CPU efficiency and split."""
     written: list[Path] = []
-    if table.empty:
-        return written
-    sns.set_theme(style="whitegrid", context="paper")
-    order = [b for b in ("none", "single", "compact", "spread") if b in set(table["binding"])]
+    order = plot_setup(table)
     data = interval_rows(table, "m_calls_per_s", 1e6)
     calls = sorted(set(table["call"]))
-    palette = dict(zip(calls, sns.color_palette(n_colors=len(calls)), strict=True))
+    palette = palette_for(calls)
     grid = sns.relplot(data=data, x="workers", y="m_calls_per_s", hue="call", palette=palette,
                        style="runtime", col="binding", col_order=order, kind="line",
                        marker="o", height=3.2, aspect=0.9, err_style="bars", **INTERVAL_BARS)

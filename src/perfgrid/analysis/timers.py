@@ -4,25 +4,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
+import seaborn as sns
 
-matplotlib.use("Agg")
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from perfgrid.analysis import (  # noqa: E402
+from perfgrid.analysis import (
     Claim,
     by_runtime,
     inconclusive,
     judged,
     median_of,
     observed_estimate,
+    plot_setup,
     save,
     why,
     without_erlang,
 )
-from perfgrid.stats import Estimate, reduce  # noqa: E402
+from perfgrid.stats import Estimate, reduce
 
 NAME = "timers"
 _SOURCE = "seed E4 (003_144b45fd69b1821c.txt), Erlang R13B, -smp disable (1 scheduler)"
@@ -75,9 +73,7 @@ def _seed_scale(table: pd.DataFrame) -> pd.DataFrame:
 def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
     """Overhead and lateness vs tasks; the seed-scale walls beside their ideal."""
     written: list[Path] = []
-    if table.empty:
-        return written
-    sns.set_theme(style="whitegrid", context="paper")
+    plot_setup(table)
     data = _prepared(table)
     facets = {"col": "seeding", "row": "scale", "height": 3.0, "aspect": 1.3,
               "facet_kws": {"sharey": False, "margin_titles": True}}

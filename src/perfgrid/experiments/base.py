@@ -8,11 +8,15 @@ and how much work one loop does.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from perfgrid.paths import PACKAGE
 
 if TYPE_CHECKING:  # pandas stays out of the pyperf workers: it costs ~70 MB per fork
     import pandas as pd
@@ -64,6 +68,15 @@ class Experiment:
     reference_axes: ClassVar[tuple[str, ...]] = ()
     fallback_axes: ClassVar[tuple[str, ...]] = ()
 
+    #: the fewest workers one of its points may have: ``workers: auto`` starts there
+    min_workers: ClassVar[int] = 1
+    #: whether its jobs read the random test file (``testfile``): then the file already at
+    #: its path is checked before any job, and the report states the file's facts
+    uses_testfile: ClassVar[bool] = False
+    #: keys of its config section that name a file perfgrid writes: refused where the path
+    #: would read as an option or lies in the repository's sources
+    path_keys: ClassVar[tuple[str, ...]] = ()
+
     #: the points the claims compare, as partial points (an axis -> a value or a list
     #: of values): they get the ``measure.claims`` repetitions, enough for an interval
     claim_points: ClassVar[tuple[dict[str, Any], ...]] = ()
@@ -101,16 +114,16 @@ class Experiment:
     #: the C program (``native/<name>.c``, built by rule native_program) that runs the
     #: native variants; None where they run an installed tool (dd, fio) or there are none
     native_program: ClassVar[str | None] = None
-    #: the Erlang module (``erlang/<module>.erl``) of the erlang variants, or None
+    #: the Erlang module (``erlang_src/<module>.erl``) of the erlang variants, or None
     erlang_module: ClassVar[str | None] = None
-    #: perfgrid modules a job runs beyond the experiment's own (paths under
-    #: ``src/perfgrid/``): editing one reruns this experiment's jobs
+    #: perfgrid modules a job runs beyond the experiment's own module or package (paths
+    #: under ``src/perfgrid/``): editing one reruns this experiment's jobs
     code: ClassVar[tuple[str, ...]] = ()
 
     def sources(self) -> list[str]:
-        """The job's code, under ``src/perfgrid/``: this module, then :attr:`code`."""
-        module = sys.modules[type(self).__module__].__name__
-        return ["/".join(module.split(".")[1:]) + ".py", *self.code]
+        """The job's code, under ``src/perfgrid/``: this module (of a package, every module
+        in it), then :attr:`code`."""
+        return [*_module_files(type(self).__module__), *self.code]
 
     def extra_inputs(self, point: Point, config: dict[str, Any],
                      layout: Layout) -> dict[str, str]:
@@ -185,6 +198,15 @@ def matches_any(point: Point, patterns: tuple[dict[str, Any], ...]) -> bool:
         return True
 
     return any(matches(p) for p in patterns)
+
+
+@functools.cache
+def _module_files(module: str) -> tuple[str, ...]:
+    """``module``'s source under ``src/perfgrid/``: its file, or every module of its package
+    (``__init__.py`` first), so that editing any of them reruns the experiment's jobs."""
+    path = Path(sys.modules[module].__file__ or "").resolve()
+    files = sorted(path.parent.glob("*.py")) if path.name == "__init__.py" else [path]
+    return tuple(f.relative_to(PACKAGE).as_posix() for f in files)
 
 
 def missing_tool(tool: str, why: str = "") -> str | None:

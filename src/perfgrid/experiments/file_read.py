@@ -4,7 +4,7 @@ Stresses the fixed cost of one read call against the copy itself: by block
 size, by destination buffer (fresh bytes, page-aligned, unaligned), and by
 parallel readers, beside ``dd`` and ``fio`` on the same file, and beside
 the seed's own runtime: Erlang's raw-mode ``file:read`` loop, ``file:read_file``
-and parallel ``file:pread`` (``erlang_*`` variants, src/perfgrid/erlang/).
+and parallel ``file:pread`` (``erlang_*`` variants, src/perfgrid/erlang_src/).
 """
 
 from __future__ import annotations
@@ -207,6 +207,7 @@ class FileRead(Experiment):
     native_variants = NATIVE
     erlang_variants = tuple(ERLANG)
     erlang_module = "pg_file_read"
+    uses_testfile = True
     reference_variants = ("dd",)
     reference_axes = ("cache", "block_size")
     fallback_axes = ("cache",)

@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass
 from hdrh.histogram import HdrHistogram
 from pyperf import perf_counter
 
-from perfgrid import httpload
+from perfgrid.experiments.http import load
 
-HOST = httpload.HOST
+HOST = load.HOST
 #: an achieved rate below this share of the offered rate: the step is saturated
 SATURATED = 0.90
 #: histogram range in microseconds: 1 us to one hour, 3 significant digits
@@ -65,13 +65,13 @@ class Step:
     hdr: str  # the histogram, HdrHistogram's compressed base64 encoding
 
 
-class _OpenLoop(httpload.Tally):
+class _OpenLoop(load.Tally):
     def __init__(self, port: int, rate: float, count: int, concurrency: int,
                  keepalive: bool) -> None:
         super().__init__()
         self.port, self.rate, self.count = port, rate, count
         self.keepalive = keepalive
-        self.payload = httpload._request_bytes(keepalive)
+        self.payload = load._request_bytes(keepalive)
         self.slots = asyncio.Semaphore(concurrency)
         self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
         self.hist = HdrHistogram(*HDR_RANGE)
@@ -88,11 +88,11 @@ class _OpenLoop(httpload.Tally):
             self.lag.record_value(max(1, round((perf_counter() - scheduled) * 1e6)))
             conn = self.idle.pop() if self.idle else None
             try:
-                async with asyncio.timeout(httpload.REQUEST_TIMEOUT_S):
+                async with asyncio.timeout(load.REQUEST_TIMEOUT_S):
                     if conn is None:
                         conn = await asyncio.open_connection(HOST, self.port)
                     conn[1].write(self.payload)
-                    status, body, keep = await httpload._read_answer(conn[0])
+                    status, body, keep = await load._read_answer(conn[0])
             except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
                     TimeoutError, ValueError, IndexError) as err:
                 self._error(err)
@@ -143,13 +143,13 @@ def _ms(hist: HdrHistogram, percentile: float) -> float:
 
 
 def run_step(port: int, rate: float, requests: int, concurrency: int, keepalive: bool,
-             deadline_s: float) -> tuple[httpload.LoadResult, Step]:
+             deadline_s: float) -> tuple[load.LoadResult, Step]:
     """One open-loop load of ``requests`` requests at ``rate`` per second on 127.0.0.1.
 
     The LoadResult counts the requests actually sent (so the caller's counter check
     holds for them); the Step adds the offered rate, percentiles and the histogram.
     """
-    httpload.check_target(port, requests, min(concurrency, requests))
+    load.check_target(port, requests, min(concurrency, requests))
     if not rate > 0:
         raise ValueError(f"http.openloop.rates: {rate} is not a positive rate")
     client = _OpenLoop(port, rate, requests, concurrency, keepalive)
@@ -171,7 +171,7 @@ def run_step(port: int, rate: float, requests: int, concurrency: int, keepalive:
         saturated=bool(unsent or achieved < SATURATED * rate),
         hdr=base64.b64encode(hist.encode()).decode("ascii") if hist.get_total_count() else "",
     )
-    result = httpload.LoadResult(
+    result = load.LoadResult(
         client="openloop", requests=client.sent, concurrency=concurrency, keepalive=keepalive,
         wall_s=wall, completed=client.ok + client.non2xx, ok=client.ok, non2xx=client.non2xx,
         errors=client.errors, latency_mean_ms=step.mean_ms, latency_p50_ms=step.p50_ms,
@@ -189,8 +189,8 @@ def step_requests(rate: float, duration_s: float, requests: int) -> int:
 def sweep(port: int, rates: Sequence[float], duration_s: float, requests: int,
           concurrency: int, keepalive: bool, timeout_s: float,
           before: Callable[[], None] = lambda: None,
-          after: Callable[[httpload.LoadResult], None] = lambda result: None,
-          ) -> tuple[list[httpload.LoadResult], list[Step]]:
+          after: Callable[[load.LoadResult], None] = lambda result: None,
+          ) -> tuple[list[load.LoadResult], list[Step]]:
     """Steps at ``rates`` (ascending) until the first saturated one.
 
     ``before()`` runs before each step (reset the counter), ``after(result)`` after

@@ -8,11 +8,17 @@ asyncio client, with and without keep-alive. Every load is checked: the
 counter must equal the successful answers, with no value handed out twice.
 The ``openloop`` client sends at fixed times whatever the answers (no
 coordinated omission) and sweeps offered rates up to saturation
-(:mod:`perfgrid.openloop`); its row's rate is the highest rate it achieved.
-The ``erlang`` server is the seed's own design (src/perfgrid/erlang/pg_http.erl):
+(:mod:`.openloop`); its row's rate is the highest rate it achieved.
+The ``erlang`` server is the seed's own design (src/perfgrid/erlang_src/pg_http.erl):
 gen_tcp on one VM with ``workers`` schedulers, one mnesia transaction per
 request (an ETS counter if mnesia cannot start, said in the row), under the
 same loads and the same check.
+
+This module is the experiment; the rest of the package is what its jobs run:
+:mod:`.counter` (the SQLite counter), :mod:`.server` (one worker's HTTP),
+:mod:`.worker` (a worker process), :mod:`.supervisor` (workers sharing one port),
+:mod:`.load` (the closed-loop clients ab and builtin), :mod:`.openloop` (the
+open-loop client).
 """
 
 from __future__ import annotations
@@ -27,17 +33,23 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from perfgrid import binding, erlang, httpload, httpserver
+from perfgrid import binding, erlang
+from perfgrid.eventloops import uvloop_missing
 from perfgrid.experiments.base import Case, Experiment, Metadata, Point
+from perfgrid.experiments.http import load
+from perfgrid.experiments.http.counter import BUSY_TIMEOUT_MS, init_database, read_counter
+from perfgrid.experiments.http.server import BACKLOG, somaxconn
+from perfgrid.experiments.http.server import SERVERS as PYTHON_SERVERS
+from perfgrid.experiments.http.supervisor import ServerGroup
 
 if TYPE_CHECKING:
     from perfgrid.paths import Layout
 
-SERVERS = (*httpserver.SERVERS, "erlang")
+SERVERS = (*PYTHON_SERVERS, "erlang")
 #: acceptor processes of the Erlang server waiting on the listening socket
 ERLANG_ACCEPTORS = 16
-#: ab and builtin are closed loops (httpload); openloop schedules requests (perfgrid.openloop)
-CLIENTS = (*httpload.CLIENTS, "openloop")
+#: ab and builtin are closed loops (.load); openloop schedules requests (.openloop)
+CLIENTS = (*load.CLIENTS, "openloop")
 #: the open-loop sweep when the config names none: offered requests/s, seconds per step
 OPENLOOP_DEFAULTS = {"rates": [500, 1000, 2000, 4000, 8000], "duration_s": 2.0}
 KEEPALIVE = ("off", "on")
@@ -63,7 +75,7 @@ class CorrectnessError(RuntimeError):
     """A failed load: requests failed, or the load's answers disagree with the counter."""
 
 
-def check_load(result: httpload.LoadResult, counter: int) -> None:
+def check_load(result: load.LoadResult, counter: int) -> None:
     """Fail unless every request succeeded, every increment was answered exactly once
     and the load finished.
 
@@ -98,7 +110,7 @@ def check_load(result: httpload.LoadResult, counter: int) -> None:
             f"keepalive={'on' if result.keepalive else 'off'}): " + "; ".join(problems))
 
 
-def _error_kinds(result: httpload.LoadResult) -> str:
+def _error_kinds(result: load.LoadResult) -> str:
     """`` (kind: count, ...)`` of the load's failures, where the client tells them apart."""
     kinds = {k: v for k, v in result.detail.items()
              if k.startswith(("error_", "fail_", "ab_failures")) and v}
@@ -118,7 +130,7 @@ class Http(Experiment):
     rate_unit = "requests/s"
     erlang_variants = ("erlang",)
     erlang_module = "pg_http"
-    code = ("httpserver.py", "httpload.py")
+    path_keys = ("database",)
 
     def grids(self, section: dict[str, Any]) -> list[dict[str, Any]]:
         """The main grid (the section's lists) and each extra grid, defaults filled in."""
@@ -181,12 +193,12 @@ class Http(Experiment):
         return {**options, "requests": str(fewer)}
 
     def unavailable(self, point: Point) -> str | None:
-        if point["variant"] == "uvloop" and (why := httpserver.uvloop_missing()):
+        if point["variant"] == "uvloop" and (why := uvloop_missing()):
             return why
         if point["variant"] == "erlang" and (why := erlang.missing()):
             return why
         if point["client"] == "ab":
-            return httpload.missing_ab()
+            return load.missing_ab()
         if point["client"] == "openloop":
             try:
                 import hdrh.histogram  # noqa: F401
@@ -203,7 +215,7 @@ class Http(Experiment):
         keepalive = keepalive_word(point["keepalive"])
         if point["workers"] < 1:
             raise ValueError(f"http.workers: must be at least 1, got {point['workers']}")
-        httpload.check_target(port or 1, requests, concurrency)
+        load.check_target(port or 1, requests, concurrency)
         if (why := self.unavailable(point)) is not None:
             raise RuntimeError(why)
         plan = binding.plan(point["binding"], point["workers"])
@@ -211,13 +223,12 @@ class Http(Experiment):
             "perfgrid_requests": requests,
             "perfgrid_binding_plan": binding.describe(plan),
             "perfgrid_database": os.path.abspath(database),
-            "perfgrid_sqlite_busy_timeout_ms": httpserver.BUSY_TIMEOUT_MS,
-            "perfgrid_listen_backlog": min(httpserver.BACKLOG,
-                                           httpserver.somaxconn() or httpserver.BACKLOG),
+            "perfgrid_sqlite_busy_timeout_ms": BUSY_TIMEOUT_MS,
+            "perfgrid_listen_backlog": min(BACKLOG, somaxconn() or BACKLOG),
             "perfgrid_timeout_s": timeout_s,
         }
         if client == "ab":
-            meta["perfgrid_client_version"] = httpload.ab_version()
+            meta["perfgrid_client_version"] = load.ab_version()
         if point["variant"] == "erlang":
             del meta["perfgrid_sqlite_busy_timeout_ms"]
             return self._erlang_case(point, options, meta, port, requests, timeout_s)
@@ -225,28 +236,28 @@ class Http(Experiment):
             import uvloop
 
             meta["perfgrid_uvloop_version"] = uvloop.__version__
-        httpserver.init_database(database)
+        init_database(database)
         # set-up, outside the timing: the workers are listening when this returns
-        group = httpserver.ServerGroup(point["variant"], database, plan, port=port,
+        group = ServerGroup(point["variant"], database, plan, port=port,
                                        bind=point["binding"] != "none")
-        results: list[httpload.LoadResult] = []
+        results: list[load.LoadResult] = []
         server_cpu: list[float] = []
         steps: list = []
 
         def one_load() -> float:
             if client == "openloop":  # a sweep of offered rates, the counter checked per step
                 return _openloop(group.port, requests, concurrency, keepalive == "on",
-                                 timeout_s, options, lambda: httpserver.init_database(database),
-                                 lambda: httpserver.read_counter(database), group.cpu_seconds,
+                                 timeout_s, options, lambda: init_database(database),
+                                 lambda: read_counter(database), group.cpu_seconds,
                                  results, server_cpu, steps)
-            httpserver.init_database(database)  # counter back to 0, servers idle
+            init_database(database)  # counter back to 0, servers idle
             group.check_alive()
             before = group.cpu_seconds()
-            result = httpload.run_load(client, group.port, requests, concurrency,
+            result = load.run_load(client, group.port, requests, concurrency,
                                        keepalive == "on", timeout_s)
             server_cpu.append(group.cpu_seconds() - before)
             results.append(result)
-            check_load(result, httpserver.read_counter(database))
+            check_load(result, read_counter(database))
             return result.wall_s
 
         def time_loops(loops: int) -> float:
@@ -274,13 +285,12 @@ class Http(Experiment):
         ready = server.ready
         meta.update({"perfgrid_database": str(ready["database"]),
                      "perfgrid_database_note": str(ready["database_note"]),
-                     "perfgrid_listen_backlog": min(httpserver.BACKLOG, httpserver.somaxconn()
-                                                    or httpserver.BACKLOG),
+                     "perfgrid_listen_backlog": min(BACKLOG, somaxconn() or BACKLOG),
                      "perfgrid_vm_flags": vm.describe(), "perfgrid_otp": erlang.otp_release(),
                      "perfgrid_schedulers": int(ready["schedulers"]),
                      "perfgrid_acceptors": int(ready["acceptors"])})
         process = psutil.Process(server.pid)
-        results: list[httpload.LoadResult] = []
+        results: list[load.LoadResult] = []
         server_cpu: list[float] = []
         steps: list = []
 
@@ -296,7 +306,7 @@ class Http(Experiment):
                                  results, server_cpu, steps)
             server.ask("reset")  # counter back to 0, server idle
             before = cpu_seconds()
-            result = httpload.run_load(client, int(ready["port"]), requests, concurrency,
+            result = load.run_load(client, int(ready["port"]), requests, concurrency,
                                        keepalive, timeout_s)
             server_cpu.append(cpu_seconds() - before)
             results.append(result)
@@ -324,14 +334,14 @@ class Http(Experiment):
 
 def _openloop(port: int, requests: int, concurrency: int, keepalive: bool, timeout_s: float,
               options: dict[str, str], reset: Callable[[], object], count: Callable[[], int],
-              cpu_seconds: Callable[[], float], results: list[httpload.LoadResult],
+              cpu_seconds: Callable[[], float], results: list[load.LoadResult],
               server_cpu: list[float], steps: list) -> float:
     """One open-loop sweep; returns the time ``requests`` take at the highest achieved rate.
 
     So the row's rate (``requests`` over that time) is the sweep's peak achieved rate;
     every step, with its percentiles and histogram, goes into the metadata.
     """
-    from perfgrid import openloop
+    from perfgrid.experiments.http import openloop
 
     rates = [float(r) for r in options.get("openloop_rates", "").split(",") if r]
     duration = float(options.get("openloop_duration_s", OPENLOOP_DEFAULTS["duration_s"]))
@@ -345,7 +355,7 @@ def _openloop(port: int, requests: int, concurrency: int, keepalive: bool, timeo
     return requests / max(s.achieved_rate for s in found)
 
 
-def _observer(results: list[httpload.LoadResult], server_cpu: list[float],
+def _observer(results: list[load.LoadResult], server_cpu: list[float],
               worker_cpus: Callable[[], list[list[int]]],
               steps: list | None = None) -> Callable[[], Metadata]:
     """The per-run metadata of the loads run so far (any server); an open-loop sweep adds
@@ -376,7 +386,7 @@ def _observer(results: list[httpload.LoadResult], server_cpu: list[float],
                 name = f"perfgrid_{key}"
                 extra[name] = int(extra.get(name, 0)) + value
         if steps:
-            from perfgrid import openloop
+            from perfgrid.experiments.http import openloop
 
             extra.update(openloop.summary(steps[-1]))
         return extra

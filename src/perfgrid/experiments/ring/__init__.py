@@ -7,29 +7,27 @@ event loop (the seed's 1000 rings of 100); ``thread``: one ring of
 ring of ``workers`` OS processes linked by pipes, where the binding decides
 whether a wake-up stays on one CPU or crosses to another, and the user/sys
 split shows where the time goes. ``erlang``: the seed's own runtime, ``rings``
-rings of ``size`` Erlang processes (src/perfgrid/erlang/pg_ring.erl) on
+rings of ``size`` Erlang processes (src/perfgrid/erlang_src/pg_ring.erl) on
 ``workers`` schedulers, bound per ``binding`` (config/README.md).
+
+This module is the experiment; :mod:`.rings` holds the Python rings and
+:mod:`.usage` the CPU accounting of their members.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
-import queue
-import resource
-import signal
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import psutil
 from pyperf import perf_counter
 
 from perfgrid import binding, erlang, lifetime
-from perfgrid.eventloops import loop_factory, uvloop_missing
+from perfgrid.eventloops import uvloop_missing
 from perfgrid.experiments.base import Case, Experiment, Metadata, Point, missing_tool
+from perfgrid.experiments.ring.rings import PipeRing, TaskRings, ThreadRing
+from perfgrid.experiments.ring.usage import Usage, process_usage, self_usage
 
 if TYPE_CHECKING:
     from perfgrid.paths import Layout
@@ -44,249 +42,6 @@ OS_RING = ("thread", "process_pipe", "native")
 NATIVE = ("native",)
 #: most tasks an in-loop ring may hold (rings x size): about 1 KiB each
 MAX_TASKS = 2_000_000
-TOKEN = b"x"
-#: seconds a member process gets to exit after its ring is closed
-EXIT_GRACE_S = 5.0
-
-
-@dataclass
-class Usage:
-    """CPU time and context switches spent by the ring's members."""
-
-    user_s: float = 0.0
-    sys_s: float = 0.0
-    ctx_voluntary: int = 0
-    ctx_involuntary: int = 0
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(self.user_s + other.user_s, self.sys_s + other.sys_s,
-                     self.ctx_voluntary + other.ctx_voluntary,
-                     self.ctx_involuntary + other.ctx_involuntary)
-
-    def __sub__(self, other: Usage) -> Usage:
-        return Usage(self.user_s - other.user_s, self.sys_s - other.sys_s,
-                     self.ctx_voluntary - other.ctx_voluntary,
-                     self.ctx_involuntary - other.ctx_involuntary)
-
-
-def self_usage() -> Usage:
-    """This process, all its threads."""
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return Usage(ru.ru_utime, ru.ru_stime, ru.ru_nvcsw, ru.ru_nivcsw)
-
-
-def process_usage(pids: list[int]) -> Usage:
-    """Live single-threaded processes, read with psutil."""
-    total = Usage()
-    for pid in pids:
-        proc = psutil.Process(pid)
-        cpu, ctx = proc.cpu_times(), proc.num_ctx_switches()
-        total = total + Usage(cpu.user, cpu.system, ctx.voluntary, ctx.involuntary)
-    return total
-
-
-class TaskRings:
-    """``rings`` rings of ``size`` tasks in one event loop, linked by asyncio queues.
-
-    Member 0 of each ring is a driver started for each pass: it sends the
-    token and waits for it ``rounds`` times; members 1..size-1 live as long
-    as the loop and forward whatever arrives.
-    """
-
-    def __init__(self, variant: str, rings: int, size: int) -> None:
-        if size < 2 or rings < 1:
-            raise ValueError(f"ring: need rings >= 1 and size >= 2, got {rings} x {size}")
-        self.rings, self.size = rings, size
-        self.runner = asyncio.Runner(loop_factory=loop_factory(variant))
-        self.inboxes: list[list[asyncio.Queue]] = []
-        self.members: list[asyncio.Task] = []
-        try:
-            self.runner.run(self._build())
-        except BaseException:
-            self.close()
-            raise
-
-    async def _build(self) -> None:
-        self.inboxes = [[asyncio.Queue() for _ in range(self.size)] for _ in range(self.rings)]
-        for inboxes in self.inboxes:
-            for j in range(1, self.size):
-                nxt = inboxes[(j + 1) % self.size]
-                self.members.append(asyncio.create_task(_member(inboxes[j], nxt)))
-        await asyncio.sleep(0)  # every member now waits on its inbox
-        await self._pass(1)  # and has passed a token once
-
-    async def _pass(self, rounds: int) -> None:
-        await asyncio.gather(*(_drive(inboxes[0], inboxes[1], rounds)
-                               for inboxes in self.inboxes))
-
-    def run(self, rounds: int) -> float:
-        """Seconds to pass every ring's token ``rounds`` times around."""
-        started = perf_counter()
-        self.runner.run(self._pass(rounds))
-        return perf_counter() - started
-
-    def alive(self) -> int:
-        """Members still running (0 once closed)."""
-        return sum(not t.done() for t in self.members)
-
-    def close(self) -> None:
-        """Cancel every member and close the loop."""
-        self.runner.close()
-
-
-async def _member(inbox: asyncio.Queue, nxt: asyncio.Queue) -> None:
-    get, put = inbox.get, nxt.put_nowait
-    while True:
-        put(await get())
-
-
-async def _drive(inbox: asyncio.Queue, nxt: asyncio.Queue, rounds: int) -> None:
-    get, put = inbox.get, nxt.put_nowait
-    for _ in range(rounds):
-        put(1)
-        if await get() != 1:
-            raise RuntimeError("ring: the token came back changed")
-
-
-class ThreadRing:
-    """One ring of threads linked by ``queue.Queue``; the calling thread is member 0."""
-
-    def __init__(self, plan: list[list[int]]) -> None:
-        if len(plan) < 2:
-            raise ValueError(f"ring: a ring needs at least 2 members, got {len(plan)}")
-        self.queues: list[queue.Queue] = [queue.Queue() for _ in plan]
-        self.actual: list[list[int]] = [[] for _ in plan]
-        self.saved = sorted(os.sched_getaffinity(0))
-        self.actual[0] = binding.pin(plan[0])
-        self.threads = [
-            threading.Thread(target=self._member, args=(i, plan[i]), daemon=True,
-                             name=f"ring-{i}")
-            for i in range(1, len(plan))
-        ]
-        for thread in self.threads:
-            thread.start()
-        self.run(1)  # every member is pinned and waiting
-
-    def _member(self, index: int, cpus: list[int]) -> None:
-        self.actual[index] = binding.pin(cpus)
-        inbox, nxt = self.queues[index], self.queues[(index + 1) % len(self.queues)]
-        while True:
-            token = inbox.get()
-            nxt.put(token)
-            if token is None:
-                return
-
-    def run(self, rounds: int) -> float:
-        first, inbox = self.queues[1], self.queues[0]
-        started = perf_counter()
-        for _ in range(rounds):
-            first.put(1)
-            inbox.get()
-        return perf_counter() - started
-
-    def alive(self) -> int:
-        return sum(t.is_alive() for t in self.threads)
-
-    def close(self) -> None:
-        """Send the stop token around, join every thread, restore this thread's CPUs."""
-        self.queues[1].put(None)
-        for thread in self.threads:
-            thread.join(EXIT_GRACE_S)
-        os.sched_setaffinity(0, self.saved)
-        if self.alive():
-            raise RuntimeError(f"ring: {self.alive()} thread members did not stop")
-
-
-def _member_process(inbox: int, out: int, cpus: list[int]) -> None:
-    """A forked member: keep only its two pipe ends (and stdio), pin itself, then
-    pass each byte on until end of file, and exit without Python's clean-up."""
-    try:
-        low, high = sorted((inbox, out))
-        os.closerange(3, low)
-        os.closerange(low + 1, high)
-        os.closerange(high + 1, os.sysconf("SC_OPEN_MAX"))
-        os.sched_setaffinity(0, cpus)
-        read, write = os.read, os.write
-        while token := read(inbox, 1):
-            write(out, token)
-        os._exit(0)
-    finally:
-        os._exit(3)
-
-
-class PipeRing:
-    """One ring of OS processes linked by ``os.pipe``; this process is member 0.
-
-    Members are forked (set-up, untimed) and pin themselves. Closing this
-    process's ends ends the ring: each member reads end of file and exits,
-    closing the next pipe; stragglers are killed.
-    """
-
-    def __init__(self, plan: list[list[int]]) -> None:
-        workers = len(plan)
-        if workers < 2:
-            raise ValueError(f"ring: a ring needs at least 2 members, got {workers}")
-        self.saved = sorted(os.sched_getaffinity(0))
-        self.pids: list[int] = []
-        pipes = [os.pipe() for _ in range(workers)]  # pipes[i]: into member i
-        self.inbox, self.out = pipes[0][0], pipes[1][1]
-        try:
-            for i in range(1, workers):
-                pid = os.fork()
-                if pid == 0:  # pragma: no cover - runs in the child
-                    _member_process(pipes[i][0], pipes[(i + 1) % workers][1], plan[i])
-                self.pids.append(pid)
-        except BaseException:
-            self.close()
-            raise
-        finally:
-            for j, (r, w) in enumerate(pipes):
-                if j != 0:
-                    os.close(r)
-                if j != 1:
-                    os.close(w)
-        try:
-            self.actual = [binding.pin(plan[0])]
-            self.run(1)  # every member is pinned and waiting
-            self.actual += [sorted(os.sched_getaffinity(pid)) for pid in self.pids]
-        except BaseException:
-            self.close()
-            raise
-
-    def run(self, rounds: int) -> float:
-        read, write, inbox, out = os.read, os.write, self.inbox, self.out
-        started = perf_counter()
-        for _ in range(rounds):
-            write(out, TOKEN)
-            if not read(inbox, 1):
-                raise RuntimeError("ring: a member process left the ring")
-        return perf_counter() - started
-
-    def alive(self) -> int:
-        return sum(psutil.pid_exists(pid) for pid in self.pids)
-
-    def close(self) -> None:
-        """Close the ring, reap every member (killing stragglers), restore CPUs."""
-        for fd in (self.out, self.inbox):
-            if fd >= 0:
-                os.close(fd)
-        self.out = self.inbox = -1
-        deadline = time.monotonic() + EXIT_GRACE_S
-        left = list(self.pids)
-        while left:
-            for pid in list(left):
-                done, _ = os.waitpid(pid, os.WNOHANG)
-                if done:
-                    left.remove(pid)
-            if left and time.monotonic() > deadline:
-                for pid in left:
-                    os.kill(pid, signal.SIGKILL)
-                    os.waitpid(pid, 0)
-                left = []
-            elif left:
-                time.sleep(0.005)
-        self.pids = []
-        os.sched_setaffinity(0, self.saved)
 
 
 def native_command(path: str, workers: int, rounds: int, plan: list[list[int]]) -> list[str]:
@@ -304,6 +59,15 @@ class Tally:
     setup_s: list[float] = field(default_factory=list)
     cpus: str = ""
 
+    def add_report(self, report: dict[str, Any], setup_s: float, cpus: str) -> None:
+        """Add one pass that another program (the C ring, an Erlang VM) timed itself."""
+        self.seconds += report["seconds"]
+        self.messages += report["messages"]
+        self.usage = self.usage + Usage(report["user_s"], report["sys_s"],
+                                        report["ctx_voluntary"], report["ctx_involuntary"])
+        self.setup_s.append(setup_s)
+        self.cpus = cpus
+
 
 class Ring(Experiment):
     name = "ring"
@@ -320,6 +84,8 @@ class Ring(Experiment):
     erlang_module = "pg_ring"
     reference_variants = NATIVE
     reference_axes = ("workers", "binding")
+    #: an OS ring needs two members
+    min_workers = 2
     #: no fallback: a row is compared with the C ring at its own workers/binding only
     fallback_axes = ("workers", "binding")
 
@@ -441,13 +207,7 @@ class Ring(Experiment):
             report = lifetime.run_json(native_command(path, workers, rounds * loops, plan))
             if report["messages"] != workers * rounds * loops:
                 raise RuntimeError(f"ring: the C ring passed {report['messages']} messages")
-            tally.seconds += report["seconds"]
-            tally.messages += report["messages"]
-            tally.usage = tally.usage + Usage(report["user_s"], report["sys_s"],
-                                              report["ctx_voluntary"],
-                                              report["ctx_involuntary"])
-            tally.setup_s.append(report["setup_seconds"])
-            tally.cpus = report["cpus"]
+            tally.add_report(report, report["setup_seconds"], report["cpus"])
             return report["seconds"]
 
         return time_loops
@@ -464,14 +224,9 @@ class Ring(Experiment):
                 if report["messages"] != per_loop:
                     raise RuntimeError(f"ring: the Erlang rings passed {report['messages']} "
                                        f"messages, not {per_loop}")
-                tally.seconds += report["seconds"]
-                tally.messages += report["messages"]
-                tally.usage = tally.usage + Usage(report["user_s"], report["sys_s"],
-                                                  report["ctx_voluntary"],
-                                                  report["ctx_involuntary"])
-                tally.setup_s.append(report["setup_s"])
-                tally.cpus = (binding.describe([vm.cpus]) if vm.cpus
-                              else report["scheduler_bindings"])
+                tally.add_report(report, report["setup_s"],
+                                 binding.describe([vm.cpus]) if vm.cpus
+                                 else report["scheduler_bindings"])
                 total += report["seconds"]
             return total
 
