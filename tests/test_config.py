@@ -51,8 +51,8 @@ WORKER_LIST = ("allowed: one of ['auto'] or a list of (a whole number without a 
                ">= 1 and <=")
 RING_LIST = ("allowed: one of ['auto'] or a list of (a whole number without a decimal point "
              ">= 2 and <=")
-MEASURE_KEYS = ("allowed keys: ['claims', 'counters', 'loops', 'max_seconds', 'processes', 'rounds', "
-                "'target_ci', 'values', 'warmups']")
+MEASURE_KEYS = ("allowed keys: ['claims', 'counters', 'loops', 'max_seconds', 'processes', "
+                "'rounds', 'target_ci', 'values', 'warmups']")
 REJECTED = [
     ({'measure.counters': 'some'},
      'measure.counters', "allowed: one of ['claims', 'all', 'none']"),
