@@ -144,7 +144,7 @@ def test_full_grid_holds_the_seed_points_at_the_seed_scale():
         assert point("asyncio", seeding, "on", 500_000, 10, 10.0) in points
     assert settings.measure_of(cfg, "timers", points[0]) == {
         "processes": 1, "values": 1, "warmups": 0, "loops": 1, "target_ci": None,
-        "max_seconds": None, "rounds": 1}
+        "max_seconds": None, "rounds": 1, "counters": "claims"}
 
 
 def test_uvloop_missing_is_a_skip_reason(monkeypatch):
