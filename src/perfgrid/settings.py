@@ -438,7 +438,7 @@ def measure_args(cfg: dict[str, Any], experiment: str,
     if point is not None and (mode == "all" or (
             mode == "claims" and experiments.get(experiment).counted_by_default(point))):
         args.append("--counters")
-    rounds = rounds_of(cfg, experiment, point)
+    rounds = int(measure.get("rounds") or 1)  # rounds_of(cfg, experiment, point)
     if measure.get("target_ci") is not None:
         args += ["--target-ci", f"{measure['target_ci'] * math.sqrt(rounds):.6g}"]
     if measure.get("max_seconds") is not None:
@@ -451,8 +451,9 @@ def jobs(cfg: dict[str, Any]) -> list[order.Job]:
     out = []
     for experiment in cfg["experiments"]:
         points, _ = split_grid(cfg, experiment)
-        out += [order.Job(experiment, p, r) for r in range(1, rounds_of(cfg, experiment) + 1)
-                for p in points if r <= rounds_of(cfg, experiment, p)]
+        rounds = [rounds_of(cfg, experiment, p) for p in points]
+        out += [order.Job(experiment, p, r) for r in range(1, max(rounds, default=1) + 1)
+                for p, n in zip(points, rounds, strict=True) if r <= n]
     return out
 
 
