@@ -67,6 +67,12 @@ def test_every_grid_point_reaches_the_table_and_report(tree):
     assert len(recorded) == len(skipped)
 
 
+def test_a_local_run_stops_snakemakes_rate_limiter(tree):
+    """Left running, it would wake Snakemake beside every measurement (noise.quiet_scheduler)."""
+    record = json.loads((tree / "results/tiny/run.json").read_text())
+    assert record["job_rate_limiter_stopped"] is True
+
+
 def test_every_result_is_complete_pyperf_json(tree):
     for path in (tree / "results/tiny/raw").rglob("*.json"):
         bench = pyperf.Benchmark.load(str(path))

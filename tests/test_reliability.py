@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import psutil
@@ -280,3 +281,13 @@ def test_busy_share_counts_only_the_allowed_cpus(monkeypatch):
                         lambda interval, percpu: [100.0, 10.0, 30.0, 100.0])
     monkeypatch.setattr(noise.os, "sched_getaffinity", lambda pid: {1, 2})
     assert noise.busy_share(0) == pytest.approx(0.2)
+
+
+def test_quiet_scheduler_stops_the_rate_limiter_once():
+    """Snakemake's job-rate limiter wakes its scheduler once a second per finished job;
+    a local run drops it (and says so), and a second call finds nothing to stop."""
+    scheduler = types.SimpleNamespace(job_rate_limiter=object())
+    assert noise.quiet_scheduler(scheduler) is True
+    assert scheduler.job_rate_limiter is None
+    assert noise.quiet_scheduler(scheduler) is False
+    assert noise.quiet_scheduler(object()) is False  # a Snakemake without the attribute

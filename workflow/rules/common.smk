@@ -59,11 +59,15 @@ onstart:
     from perfgrid.atomic import write_json
     from snakemake import __version__ as snakemake_version
 
+    from perfgrid import noise
     from perfgrid.progress import start_reporter
 
+    # Snakemake's rate limiter would wake it ever more often beside the measurement
+    quiet = workflow.local_exec and noise.quiet_scheduler(workflow.scheduler)
     write_json(LAYOUT.run_record, {"argv": sys.argv, "started": time.time(),
                                    "cwd": os.getcwd(), "snakemake": snakemake_version,
-                                   "order": SETTINGS["order"]})
+                                   "order": SETTINGS["order"],
+                                   "job_rate_limiter_stopped": quiet})
     start_reporter([r for e in SETTINGS["experiments"] for r in runnable(e)])
 
 
