@@ -23,7 +23,7 @@ quick: setup
 # that skips fails the run (tests/conftest.py): CI passes only if every test ran.
 test: $(VENV)/.installed
 	@bash .ci/system-packages.sh $(TEST_DEBS)
-	$(BIN)/python -m pytest -q -rs $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -rs --durations=15 $(PYTEST_ARGS)
 
 # Speed facts of the harness (per-call overhead, Erlang spawn rate, how fast a load stops
 # at its deadline), each printed beside its target: benchmark output, not unit tests.
