@@ -200,6 +200,7 @@ def fio_seconds(cmd: list[str]) -> tuple[float, int]:
 
 class FileRead(Experiment):
     name = "file_read"
+    report_position = 20
     axes = ("variant", "cache", "binding", "workers", "block_size")
     int_axes = frozenset({"workers", "block_size"})
     work_unit = "bytes"
