@@ -130,6 +130,11 @@ class Experiment:
         in it), then :attr:`code`."""
         return [*_module_files(type(self).__module__), *self.code]
 
+    def job_mem_mb(self, config: dict[str, Any]) -> int | None:
+        """Memory (MiB) each of its jobs asks a cluster for (``mem_mb``, SLURM's ``--mem``), or
+        None for the profile's ``default-resources``; the benchmark rule declares it."""
+        return None
+
     def extra_inputs(self, point: Point, config: dict[str, Any],
                      layout: Layout) -> dict[str, str]:
         """Files a job needs besides its code, program and modules (name -> path)."""
