@@ -126,7 +126,8 @@ def test_every_benchmark_rule_asks_slurm_for_a_whole_node_and_its_memory(tmp_pat
     config = write_config(tmp_path, {**quick, "results": str(tmp_path / "results")})
     work = tmp_path / "work"
     work.mkdir()
-    result = snakemake(work, "-n", "--profile", str(REPO / "profiles" / "slurm"),
+    # --cores: a dry run would count one core and cap every job's threads at it
+    result = snakemake(work, "-n", "--cores", "3", "--profile", str(REPO / "profiles" / "slurm"),
                        config=config, timeout=120)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     size_mib = testfile.parse_size(quick["testfile"]["size"]) // 2**20
@@ -137,7 +138,7 @@ def test_every_benchmark_rule_asks_slurm_for_a_whole_node_and_its_memory(tmp_pat
             continue
         seen.add(rule)
         assert res["slurm_extra"] == "'--exclusive'", (rule, res)
-        assert res["cpus_per_task"] == res.get("threads", "1"), (rule, res)
+        assert res["cpus_per_task"] == res["threads"] == "3", (rule, res)
         wanted = 1000 + 2 * size_mib if rule == "file_read" else default_mb
         assert int(res["mem_mb"]) == wanted, (rule, res)
     assert seen == set(experiments.available())

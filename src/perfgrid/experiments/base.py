@@ -131,8 +131,8 @@ class Experiment:
         return [*_module_files(type(self).__module__), *self.code]
 
     def job_mem_mb(self, config: dict[str, Any]) -> int | None:
-        """Memory (MiB) each of its jobs asks a cluster for (``mem_mb``, SLURM's ``--mem``), or
-        None for the profile's ``default-resources``; the benchmark rule declares it."""
+        """The memory each of its jobs asks a cluster for, as ``mem_mb`` (passed on as SLURM's
+        ``--mem``, which counts MiB), or None for the profile's ``default-resources``."""
         return None
 
     def extra_inputs(self, point: Point, config: dict[str, Any],
