@@ -7,13 +7,16 @@ need; config/config.yaml is the source of the defaults that config/README.md sta
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from perfgrid import erlang, experiments, jobs, settings
+from perfgrid import erlang, experiments, jobs, settings, testfile
 from perfgrid.paths import Layout
+
+from helpers import snakemake, write_config
 
 REPO = Path(__file__).resolve().parents[1]
 NATIVE = REPO / "src" / "perfgrid" / "native"
@@ -31,10 +34,9 @@ def test_schema_knows_exactly_the_registered_experiments():
     assert set(experiments.available()) <= set(props)
 
 
-def test_erlang_modules_are_the_registered_ones_and_their_sources():
+def test_every_erlang_source_is_pg_util_or_a_registered_experiments_module():
     declared = {experiments.get(e).erlang_module for e in experiments.available()} - {None}
-    assert set(erlang.MODULES) == {jobs.ERLANG_UTIL, *declared}
-    assert {p.stem for p in erlang.SOURCE_DIR.glob("*.erl")} == set(erlang.MODULES)
+    assert {p.stem for p in erlang.SOURCE_DIR.glob("*.erl")} == {jobs.ERLANG_UTIL, *declared}
 
 
 def test_every_native_program_has_its_source_and_every_source_an_experiment():
@@ -42,9 +44,104 @@ def test_every_native_program_has_its_source_and_every_source_an_experiment():
     assert {p.stem for p in NATIVE.glob("*.c")} == declared
 
 
-def test_the_slurm_profile_gives_every_benchmark_rule_a_whole_node():
-    profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
-    assert set(profile["set-resources"]) == set(experiments.available())
+def test_the_registry_finds_every_experiment_in_report_order():
+    assert experiments.available() == ["spawn", "file_read", "syscall", "timers", "ring", "http"]
+    positions = [experiments.get(e).report_position for e in experiments.available()]
+    assert positions == sorted(set(positions))
+
+
+@pytest.fixture
+def more_modules(tmp_path, monkeypatch):
+    """A second folder of ``perfgrid.experiments`` for modules a test writes; the registry
+    looks again with it, and once more without it afterwards."""
+    caches = (experiments._modules, experiments._load, experiments._available)
+    monkeypatch.setattr(experiments, "__path__", [*experiments.__path__, str(tmp_path)])
+    for cache in caches:
+        cache.cache_clear()
+    yield tmp_path
+    monkeypatch.undo()
+    for path in tmp_path.glob("*.py"):
+        sys.modules.pop(f"perfgrid.experiments.{path.stem}", None)
+    for cache in caches:
+        cache.cache_clear()
+
+
+def _experiment_module(name: str, position: int | None) -> str:
+    declared = "" if position is None else f"    report_position = {position}\n"
+    return (f"from perfgrid.experiments.base import Experiment\n\n\n"
+            f"class Extra(Experiment):\n    name = {name!r}\n{declared}\n\n"
+            f"EXPERIMENT = Extra()\n")
+
+
+def test_a_module_that_defines_experiment_is_one_in_its_place_and_a_helper_is_not(
+        more_modules):
+    (more_modules / "pg_extra.py").write_text(_experiment_module("pg_extra", 35))
+    (more_modules / "pg_helper.py").write_text("HELPED = True\n")
+    assert experiments.available() == ["spawn", "file_read", "syscall", "pg_extra", "timers",
+                                       "ring", "http"]
+    assert experiments.get("pg_extra").report_position == 35
+    with pytest.raises(KeyError, match="'pg_helper' is not one of spawn, "):
+        experiments.get("pg_helper")
+
+
+@pytest.mark.parametrize(("source", "message"), [
+    ("import no_such_package_here\n",
+     r"perfgrid\.experiments\.pg_extra cannot be imported \(ModuleNotFoundError: No module"),
+    (_experiment_module("pg_extra", None), r"Extra\.report_position .* is None; allowed: a whole"),
+    (_experiment_module("pg_extra", 20), "file_read and pg_extra both have 20|"
+                                         "pg_extra and file_read both have 20"),
+    (_experiment_module("extra", 35), r"EXPERIMENT\.name is 'extra'; allowed: 'pg_extra'"),
+    ("EXPERIMENT = object()\n", "EXPERIMENT is a object; allowed: an instance"),
+])
+def test_a_broken_experiment_module_stops_the_registry_naming_it(more_modules, source,
+                                                                  message):
+    (more_modules / "pg_extra.py").write_text(source)
+    with pytest.raises(experiments.RegistryError, match=message):
+        experiments.available()
+    assert experiments.get("ring").name == "ring"  # a job of another experiment still runs
+
+
+def _dry_run_jobs(output: str) -> list[tuple[str, dict[str, str]]]:
+    """(rule, resources and threads) of each job a dry run lists."""
+    jobs: list[tuple[str, dict[str, str]]] = []
+    for line in output.splitlines():
+        if rule := re.fullmatch(r"(?:local)?rule (\w+):", line):
+            jobs.append((rule[1], {}))
+        elif jobs and (item := re.fullmatch(r"    (threads|resources): (.*)", line)):
+            if item[1] == "threads":
+                jobs[-1][1]["threads"] = item[2]
+            else:
+                jobs[-1][1].update(kv.split("=", 1) for kv in item[2].split(", "))
+    return jobs
+
+
+def test_every_benchmark_rule_asks_slurm_for_a_whole_node_and_its_memory(tmp_path):
+    """The benchmark rule declares a job's cluster resources, the profile names no experiment:
+    a whole node, its threads as CPUs, and the memory its experiment asks for (file_read:
+    the test file twice, plus 1000 MiB) or else the profile's default."""
+    profile_text = (REPO / "profiles" / "slurm" / "config.yaml").read_text()
+    assert not [e for e in experiments.available() if e in profile_text]
+    default_mb = yaml.safe_load(profile_text)["default-resources"]["mem_mb"]
+    quick = yaml.safe_load((REPO / "config" / "quick.yaml").read_text())
+    config = write_config(tmp_path, {**quick, "results": str(tmp_path / "results")})
+    work = tmp_path / "work"
+    work.mkdir()
+    # --cores: a dry run would count one core and cap every job's threads at it
+    result = snakemake(work, "-n", "--cores", "3", "--profile", str(REPO / "profiles" / "slurm"),
+                       config=config, timeout=120)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    size_mib = testfile.parse_size(quick["testfile"]["size"]) // 2**20
+    seen = set()
+    for rule, res in _dry_run_jobs(result.stdout):
+        if rule not in experiments.available():
+            assert "slurm_extra" not in res, rule
+            continue
+        seen.add(rule)
+        assert res["slurm_extra"] == "'--exclusive'", (rule, res)
+        assert res["cpus_per_task"] == res["threads"] == "3", (rule, res)
+        wanted = 1000 + 2 * size_mib if rule == "file_read" else default_mb
+        assert int(res["mem_mb"]) == wanted, (rule, res)
+    assert seen == set(experiments.available())
 
 
 def test_every_experiment_declares_code_that_exists():

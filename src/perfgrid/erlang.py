@@ -35,9 +35,8 @@ from typing import Any
 from perfgrid import binding, lifetime
 from perfgrid.paths import ERLANG_SOURCES, PACKAGE
 
-#: the Erlang sources, one module per experiment plus pg_util
+#: the Erlang sources: pg_util and each experiment's ``erlang_module``
 SOURCE_DIR = PACKAGE / ERLANG_SOURCES
-MODULES = ("pg_util", "pg_file_read", "pg_timers", "pg_ring", "pg_spawn", "pg_http")
 #: perfgrid binding -> the VM's scheduler bind type (+sbt); single uses +S 1 instead
 SBT = {"none": "u", "single": "u", "compact": "db", "spread": "ts"}
 DEFAULT_TIMEOUT_S = 600.0
@@ -82,7 +81,7 @@ def compile_modules(out_dir: str | os.PathLike[str]) -> Path:
     """``erlc`` every module into ``out_dir`` (tests; the pipeline has its own rule)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    sources = [str(SOURCE_DIR / f"{m}.erl") for m in MODULES]
+    sources = sorted(str(path) for path in SOURCE_DIR.glob("*.erl"))
     proc = subprocess.run(lifetime.command(["erlc", "-o", str(out), *sources]),
                           capture_output=True, text=True, check=False)
     if proc.returncode != 0:

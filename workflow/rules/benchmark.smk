@@ -2,6 +2,9 @@
 # (perfgrid.experiments): what a job needs beyond the harness (a test file, a C program,
 # Erlang modules, options from its config section) its experiment declares, and the
 # input and params functions of common.smk ask it. The rule is named after its experiment.
+# On a cluster (profiles/slurm) each job gets a whole node (--exclusive) with its threads
+# as CPUs, and the memory its experiment asks for (job_mem_mb) or the profile's default;
+# a local run ignores the slurm_* and cpus_per_task resources.
 
 for _experiment in experiments.available():
 
@@ -23,6 +26,9 @@ for _experiment in experiments.available():
         threads: BENCH_THREADS
         resources:
             bench=1,
+            slurm_extra="'--exclusive'",
+            cpus_per_task=granted_threads,
+            **job_memory(_experiment),
         priority: job_priority(_experiment)
         conda:
             CONDA_ENV

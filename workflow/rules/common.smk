@@ -180,6 +180,18 @@ def job_options(experiment):
     return words
 
 
+def granted_threads(wildcards, threads):
+    """Resource function: a benchmark job's threads, as the CPUs it asks SLURM for."""
+    return threads
+
+
+def job_memory(experiment):
+    """A benchmark rule's ``mem_mb``, where its experiment asks for memory: none otherwise,
+    since a rule's resource that comes out None drops the profile's default-resources one."""
+    mem_mb = experiments.get(experiment).job_mem_mb(SETTINGS)
+    return {} if mem_mb is None else {"mem_mb": mem_mb}
+
+
 def axis_constraints(experiment):
     """Wildcard constraints of a benchmark rule: whole numbers for integer axes, and no
     ``/`` in any other value (axes with a workflow-wide constraint keep that one)."""

@@ -1,33 +1,86 @@
-"""The experiments perfgrid knows, one module each, found by name."""
+"""The experiments perfgrid knows, found by looking rather than listed.
+
+Every module or package of this package that defines ``EXPERIMENT`` (an
+:class:`Experiment`) is one, named after its module; the rest (``base``, helpers) are
+not. Their order, in the report and every list, is their ``report_position``. Adding an
+experiment is adding its module: no list here to edit.
+"""
 
 from __future__ import annotations
 
 import functools
 import importlib
 import pkgutil
+from itertools import pairwise
 
 from perfgrid.experiments.base import Case, Experiment, Point
 
-__all__ = ["Case", "Experiment", "Point", "ALL", "get"]
+__all__ = ["Case", "Experiment", "Point", "RegistryError", "available", "get"]
 
-#: experiment names in report order; a module of that name defines EXPERIMENT
-ALL = ("spawn", "file_read", "syscall", "timers", "ring", "http")
+
+class RegistryError(RuntimeError):
+    """A module here that cannot be imported, or an experiment that declares itself wrongly."""
 
 
 def available() -> list[str]:
-    """The experiments whose module exists in this checkout, in report order."""
+    """The experiments in this checkout, in report order."""
     return list(_available())
+
+
+def get(name: str) -> Experiment:
+    """The experiment object of module ``perfgrid.experiments.<name>``.
+
+    Imports that module alone (a pyperf worker of one experiment loads no other), so a
+    broken module elsewhere does not stop it; :func:`available` imports them all.
+    """
+    found = _load(name) if name in _modules() else None
+    if found is None:
+        raise KeyError(f"experiment: {name!r} is not one of {', '.join(available())}")
+    return found
+
+
+@functools.cache
+def _modules() -> frozenset[str]:
+    """The modules and packages directly in this package (none imported)."""
+    return frozenset(m.name for m in pkgutil.iter_modules(__path__))
+
+
+@functools.cache
+def _load(name: str) -> Experiment | None:
+    """Module ``name``'s ``EXPERIMENT``, checked, or None for a module that defines none."""
+    module_name = f"{__name__}.{name}"
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:  # an experiment must not vanish from the grid unnoticed
+        raise RegistryError(f"{module_name} cannot be imported ({type(err).__name__}: {err}); "
+                            f"every module in {__path__[0]} is looked at for an experiment"
+                            ) from err
+    experiment = getattr(module, "EXPERIMENT", None)
+    if experiment is None:
+        return None
+    if not isinstance(experiment, Experiment):
+        raise RegistryError(f"{module_name}.EXPERIMENT is a {type(experiment).__name__}; "
+                            f"allowed: an instance of perfgrid.experiments.Experiment")
+    if getattr(experiment, "name", None) != name:
+        raise RegistryError(f"{module_name}.EXPERIMENT.name is "
+                            f"{getattr(experiment, 'name', None)!r}; allowed: {name!r}, "
+                            f"its module's name (jobs find it by that name)")
+    position = getattr(experiment, "report_position", None)
+    if not isinstance(position, int) or isinstance(position, bool):
+        raise RegistryError(f"{type(experiment).__qualname__}.report_position "
+                            f"({module_name}) is {position!r}; allowed: a whole number, "
+                            f"its place in the report (Experiment.report_position)")
+    return experiment
 
 
 @functools.cache
 def _available() -> tuple[str, ...]:
-    """Looked up once: the workflow asks for every job's experiment several times."""
-    present = {m.name for m in pkgutil.iter_modules(__path__)}
-    return tuple(name for name in ALL if name in present)
-
-
-def get(name: str) -> Experiment:
-    """The experiment object of module ``perfgrid.experiments.<name>``."""
-    if name not in _available():
-        raise KeyError(f"experiment: {name!r} is not one of {', '.join(available())}")
-    return importlib.import_module(f"perfgrid.experiments.{name}").EXPERIMENT
+    """Looked up once: the workflow asks for the experiments several times per job."""
+    found = {name: exp for name in _modules() if (exp := _load(name)) is not None}
+    order = sorted(found, key=lambda name: found[name].report_position)
+    for first, second in pairwise(order):
+        if found[first].report_position == found[second].report_position:
+            raise RegistryError(f"report_position: {first} and {second} both have "
+                                f"{found[first].report_position}; allowed: a different "
+                                f"whole number each")
+    return tuple(order)

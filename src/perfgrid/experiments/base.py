@@ -54,6 +54,11 @@ class Experiment:
     """Base class: subclasses set the class attributes and override the methods."""
 
     name: ClassVar[str]
+    #: where it comes in the report and in every list of experiments, lowest first: the
+    #: registry (perfgrid.experiments) finds experiments by looking, not by a list, so
+    #: this is their order. Tens leave room between: spawn 10, file_read 20, syscall 30,
+    #: timers 40, ring 50, http 60; no two experiments may share one.
+    report_position: ClassVar[int]
     #: grid axes in result-path order; the same names are config keys
     #: (plural in config), wildcards, table columns and plot axes.
     axes: ClassVar[tuple[str, ...]]
@@ -124,6 +129,11 @@ class Experiment:
         """The job's code, under ``src/perfgrid/``: this module (of a package, every module
         in it), then :attr:`code`."""
         return [*_module_files(type(self).__module__), *self.code]
+
+    def job_mem_mb(self, config: dict[str, Any]) -> int | None:
+        """The memory each of its jobs asks a cluster for, as ``mem_mb`` (passed on as SLURM's
+        ``--mem``, which counts MiB), or None for the profile's ``default-resources``."""
+        return None
 
     def extra_inputs(self, point: Point, config: dict[str, Any],
                      layout: Layout) -> dict[str, str]:

@@ -10,6 +10,7 @@ and parallel ``file:pread`` (``erlang_*`` variants, src/perfgrid/erlang_src/).
 from __future__ import annotations
 
 import json
+import math
 import mmap
 import os
 import re
@@ -200,6 +201,7 @@ def fio_seconds(cmd: list[str]) -> tuple[float, int]:
 
 class FileRead(Experiment):
     name = "file_read"
+    report_position = 20
     axes = ("variant", "cache", "binding", "workers", "block_size")
     int_axes = frozenset({"workers", "block_size"})
     work_unit = "bytes"
@@ -248,6 +250,11 @@ class FileRead(Experiment):
     def _point(variant: str, cache: str, bind: str, workers: int, block_size: int) -> Point:
         return {"variant": variant, "cache": cache, "binding": bind,
                 "workers": workers, "block_size": block_size}
+
+    def job_mem_mb(self, config: dict[str, Any]) -> int | None:
+        """The test file twice, plus 1000 MiB for the harness: once in the page cache (a
+        cgroup counts it against the job) and once in a buffer (variant ``whole``)."""
+        return 1000 + 2 * math.ceil(config["testfile"]["size_bytes"] / 2**20)
 
     def extra_inputs(self, point: Point, config: dict[str, Any],
                      layout: Layout) -> dict[str, str]:

@@ -271,6 +271,7 @@ class Tally:
 
 class Syscall(Experiment):
     name = "syscall"
+    report_position = 30
     axes = ("variant", "call", "binding", "workers")
     int_axes = frozenset({"workers"})
     #: perfgrid.analysis.syscall's claims: bound getuid workers (scaling, contention), and

@@ -163,6 +163,7 @@ def storm(sleeps: np.ndarray, tasks: int, variant: str, gc_on: bool,
 
 class Timers(Experiment):
     name = "timers"
+    report_position = 40
     axes = ("variant", "seeding", "gc", "tasks", "rounds", "max_sleep")
     int_axes = frozenset({"tasks", "rounds"})
     #: none by default: a storm is minutes long, so the full run measures each point once and

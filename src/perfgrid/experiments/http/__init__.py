@@ -121,6 +121,7 @@ def _error_kinds(result: load.LoadResult) -> str:
 
 class Http(Experiment):
     name = "http"
+    report_position = 60
     axes = ("variant", "client", "keepalive", "binding", "workers", "concurrency")
     int_axes = frozenset({"workers", "concurrency"})
     #: perfgrid.analysis.http's claims use every point loaded as the seed loaded its

@@ -71,6 +71,7 @@ class Tally:
 
 class Ring(Experiment):
     name = "ring"
+    report_position = 50
     axes = ("variant", "binding", "workers")
     int_axes = frozenset({"workers"})
     #: perfgrid.analysis.ring's claims compare bindings, CPU shares and the best ring

@@ -81,6 +81,7 @@ class Tally:
 
 class Spawn(Experiment):
     name = "spawn"
+    report_position = 10
     axes = ("variant", "binding", "chains", "total")
     int_axes = frozenset({"chains", "total"})
     #: perfgrid.analysis.spawn's claims: every 1-chain point (bindings, ports, Erlang),
