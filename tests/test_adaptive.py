@@ -186,6 +186,7 @@ def test_rounds_of_a_point_merge_into_one_row_with_rounds_as_the_outer_level(tmp
     assert row["ci_method"] == stats.METHOD_ROUNDS
     assert not row["converged"]  # round 2 missed its target
     assert (row["started"], row["finished"], row["measure_seconds"]) == (100, 310, 30)
+    assert row["job_seconds"] == 30  # the rounds' own jobs, not the 210 s they span
     assert "round 2: stop 2" in row["stop"]
     # rounds, not processes, set the spread: the interval is as wide as 3 round means allow
     rounds = [np.mean([1e-6 * r, 1.1e-6 * r, 1.01e-6 * r, 1.111e-6 * r]) for r in (1, 2, 3)]

@@ -155,6 +155,11 @@ def row_from_results(paths: list[str | Path], check_path: bool = False) -> dict[
         values = [m[f"perfgrid_{key}"] for m in metas if f"perfgrid_{key}" in m]
         if values:
             meta[f"perfgrid_{key}"] = how(values)
+    # the rounds' own job times: started..finished of merged rounds spans the whole run
+    spans = [m["perfgrid_finished"] - m["perfgrid_started"] for m in metas
+             if "perfgrid_started" in m and "perfgrid_finished" in m]
+    if spans:
+        meta["perfgrid_job_seconds"] = sum(spans)
     point = json.loads(meta["perfgrid_point"])
     experiment = experiments.get(meta["perfgrid_experiment"])
     groups, rounds, per_process = [], [], []

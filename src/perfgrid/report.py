@@ -320,7 +320,9 @@ def provenance(layout: Layout, sections: list[dict[str, Any]]) -> dict[str, Any]
     for sec in sections:
         table = sec["table"]
         if {"started", "finished"} <= set(table.columns) and len(table):
-            walls[sec["name"]] = float((table["finished"] - table["started"]).sum())
+            spans = (table["job_seconds"] if "job_seconds" in table
+                     else table["finished"] - table["started"])
+            walls[sec["name"]] = float(spans.sum())
             first = min(first, float(table["started"].min()))
             last = max(last, float(table["finished"].max()))
     stamp = "%Y-%m-%d %H:%M:%S UTC"
