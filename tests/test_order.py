@@ -147,3 +147,23 @@ def test_sorted_order_keeps_points_measured_once_in_the_first_phase():
     plan = order.planned(mixed_jobs(), False, 0)
     assert [job.round for job in plan] == [1] * 60 + [2] * 12 + [3] * 12
     assert plan == sorted(plan, key=lambda job: (job.round, job.point["level"]))
+
+
+def test_imbalances_of_many_draws_match_spearmans_rho_of_each_draw():
+    """The vectorised measure equals scipy's Spearman rho, axis by axis (ties included)."""
+    from scipy.stats import spearmanr
+
+    rng = np.random.default_rng(7)
+    jobs = [order.Job("x", {"block": int(b), "workers": int(w), "name": "a"}, 1)
+            for b, w in zip(rng.choice([1, 4, 16, 64], 40), rng.integers(1, 9, 40), strict=True)]
+    jobs.append(order.Job("x", {"other": 3}, 1))  # an axis only some jobs have: too few
+    axes = order.numeric_axes(jobs)
+    assert set(axes) == {"block", "workers"}
+    perms = np.array([rng.permutation(len(jobs)) for _ in range(16)])
+    expected = []
+    for perm in perms:
+        place = np.argsort(perm)
+        expected.append(max(
+            abs(spearmanr(place[index], [jobs[i].point[axis] for i in index]).statistic)
+            * np.sqrt(len(index) - 1) for axis, (index, _) in axes.items()))
+    assert order.imbalances(perms, axes) == pytest.approx(expected, rel=1e-12)

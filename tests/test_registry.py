@@ -230,3 +230,19 @@ def test_a_job_gets_its_program_and_modules_only_where_its_runtime_needs_them(na
         beams = runtime == "erlang" and exp.erlang_module is not None
         assert ("binary" in options) == native == bool(inputs["binary"])
         assert ("beams" in options) == beams == bool(inputs["beams"])
+
+
+def test_snakemake_reads_a_job_functions_parameters_once_not_per_call(monkeypatch):
+    """Snakemake asks an input or params function's parameters on every call (some 7,500
+    times in the full config's dry run); ``signature_once`` answers from the function."""
+    import inspect
+
+    from snakemake.common import get_function_params
+
+    @jobs.signature_once
+    def options(wildcards, attempt):
+        return ""
+
+    monkeypatch.setattr(inspect, "signature",
+                        lambda *a, **k: pytest.fail("the signature was looked up again"))
+    assert list(get_function_params(options)) == ["wildcards", "attempt"]

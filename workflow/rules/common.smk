@@ -1,4 +1,6 @@
 # Validation, the effective config, grid expansion and input functions; no rules.
+import functools
+import gc
 import json
 import os
 import shlex
@@ -8,6 +10,11 @@ import time
 from perfgrid import binding, experiments, jobs, order, settings
 from perfgrid.paths import ERLANG_SOURCES, NATIVE_SOURCES, Layout
 
+# Snakemake's process holds some 130,000 objects by now (its modules, pandas, numpy),
+# nearly all kept for the whole run, and Python's cyclic collector scanned them again
+# and again while the workflow was parsed and its ~1,000 jobs planned: about 0.5 s of
+# an up-to-date dry run. Frozen, later collections look only at objects made from here on.
+gc.freeze()
 
 # The schema (../schemas/config.schema.yaml, defaults filled in) and what it cannot
 # express: one short message naming the key, before any job, and nothing written.
@@ -92,11 +99,14 @@ wildcard_constraints:
     **WILDCARD_CONSTRAINTS,
 
 
+@functools.cache
 def runnable(experiment):
-    """Result files of the grid points this machine can run (one per round)."""
+    """Result files of the grid points this machine can run (one per round); worked out
+    once, since Snakemake asks for each experiment's table inputs more than once."""
     rounds = settings.rounds_of(SETTINGS, experiment)
-    return [LAYOUT.raw_result(job.experiment, job.point, round=job.round if rounds > 1 else None)
-            for job in JOBS if job.experiment == experiment]
+    return tuple(LAYOUT.raw_result(job.experiment, job.point,
+                                   round=job.round if rounds > 1 else None)
+                 for job in JOBS if job.experiment == experiment)
 
 
 def result_pattern(experiment):
@@ -125,6 +135,7 @@ def job_priority(experiment):
 def bench_params(experiment):
     """Command-line arguments of the pyperf harness for one job's wildcards."""
 
+    @jobs.signature_once
     def args(wildcards):
         exp = experiments.get(experiment)
         words = []
@@ -162,6 +173,7 @@ def job_point(experiment, wildcards):
 def job_inputs(experiment):
     """Input function (unpack): the job's declared files, code, C program and Erlang modules."""
 
+    @jobs.signature_once
     def named(wildcards):
         exp = experiments.get(experiment)
         return jobs.inputs(exp, job_point(experiment, wildcards), SETTINGS, LAYOUT, SRC)
@@ -172,6 +184,7 @@ def job_inputs(experiment):
 def job_options(experiment):
     """Params function: the job's ``--option KEY=VALUE`` words."""
 
+    @jobs.signature_once
     def words(wildcards):
         exp = experiments.get(experiment)
         return shlex.join(jobs.option_words(

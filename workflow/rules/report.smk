@@ -3,7 +3,7 @@
 
 rule table:
     input:
-        results=lambda w: runnable(w.experiment),
+        results=lambda w: list(runnable(w.experiment)),
         code=[f"{SRC}/aggregate.py", f"{SRC}/stats.py"],
     output:
         report(
