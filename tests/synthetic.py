@@ -12,6 +12,20 @@ from typing import Any
 
 import numpy as np
 
+#: a claim's compared value as a multiple of its threshold: below it, on it, above it
+LEVELS = {"below": 0.8, "at": 1.0, "above": 1.25}
+
+
+def expected_verdict(wants: str, level: str) -> tuple[str, str]:
+    """(verdict, words of its reason) of a claim that wants its value ``wants`` ("above" or
+    "below") its threshold, measured at ``level`` (LEVELS) with a narrow interval: on the
+    threshold the interval straddles it."""
+    if level == "at":
+        return "inconclusive", "straddles"
+    if wants == level:
+        return "reproduced", "wholly"
+    return "not reproduced", "wholly on the other side"
+
 
 def row(rate: float, *, cv: float = 0.01, processes: int = 4, values: int = 5,
         seed: int = 0, **columns: Any) -> dict[str, Any]:

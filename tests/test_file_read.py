@@ -10,7 +10,7 @@ from perfgrid.analysis import file_read as fr_analysis
 from perfgrid.experiments import file_read, get
 
 from helpers import needs
-from synthetic import row
+from synthetic import LEVELS, row
 
 EXP = get("file_read")
 
@@ -158,7 +158,6 @@ FILE_READ_CLAIMS = {
 CLAIM_NAMES = list(FILE_READ_CLAIMS)
 #: claims that compare the same rows, so a knob of one moves the other
 COUPLED = {"parallel_beats_dd": {"two_readers"}, "two_readers": {"parallel_beats_dd"}}
-LEVELS = {"below": 0.8, "at": 1.0, "above": 1.25}
 DD = 4e9  # dd at 1 MiB, warm: bytes/s
 
 

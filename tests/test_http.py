@@ -31,7 +31,7 @@ from perfgrid.experiments.http import server as http_server
 from perfgrid.experiments.http.supervisor import ServerGroup
 
 from helpers import REPO, gone, needs
-from synthetic import row, single
+from synthetic import LEVELS, expected_verdict, row, single
 
 EXP = get("http")
 CLIENTS = ["builtin", pytest.param("ab", marks=needs("ab"))]
@@ -469,24 +469,19 @@ def test_all_http_claims_reproduce_on_clear_data():
 
 
 @pytest.mark.parametrize("runtime", ["python", "erlang"])
-@pytest.mark.parametrize("level", [0.8, 1.0, 1.25], ids=["below", "at", "above"])
+@pytest.mark.parametrize("level", list(LEVELS))
 @pytest.mark.parametrize("index, knob, threshold, above", CASES, ids=[k for _, k, _, _ in CASES])
 def test_http_claim_verdict_follows_its_interval(index, knob, threshold, above, level, runtime):
-    knobs = {knob: threshold * level}
+    knobs = {knob: threshold * LEVELS[level]}
     found = analysis.claims(both(**{runtime: knobs}))
     at = index + (3 if runtime == "erlang" else 0)
     claim = found[at]
-    if level == 1.0:
-        expected, word = "inconclusive", "straddles"
-    elif (level > 1) == above:
-        expected, word = "reproduced", "wholly"
-    else:
-        expected, word = "not reproduced", "wholly on the other side"
+    expected, word = expected_verdict("above" if above else "below", level)
     assert claim.verdict == expected, (claim.measured, claim.reason)
     assert word in claim.reason
     assert claim.runtime == runtime
     assert "[" in claim.measured and "no interval" not in claim.measured
-    assert claim.value == pytest.approx(threshold * level)
+    assert claim.value == pytest.approx(threshold * LEVELS[level])
     assert [c.verdict for i, c in enumerate(found) if i != at] == ["reproduced"] * 5
 
 

@@ -26,7 +26,7 @@ from perfgrid.experiments.ring import rings as ring_rings
 from perfgrid.experiments.ring.usage import process_usage
 
 from helpers import FULL, SCHEMA, compile_native, gone
-from synthetic import row, single
+from synthetic import LEVELS, expected_verdict, row, single
 
 EXP = get("ring")
 LOOPS = ["asyncio", "uvloop"]  # uvloop is a hard dependency: no skip
@@ -276,18 +276,13 @@ def test_all_ring_claims_reproduce_on_clear_data():
     assert len(analysis.claims(ring_table(erlang_rows=False))) == 5
 
 
-@pytest.mark.parametrize("level", [0.8, 1.0, 1.25], ids=["below", "at", "above"])
+@pytest.mark.parametrize("level", list(LEVELS))
 @pytest.mark.parametrize("index, knob, threshold, above", CASES,
                          ids=[f"{i}-{k}" for i, k, _, _ in CASES])
 def test_ring_claim_verdict_follows_its_interval(index, knob, threshold, above, level):
-    found = analysis.claims(ring_table(**{knob: threshold * level}))
+    found = analysis.claims(ring_table(**{knob: threshold * LEVELS[level]}))
     claim = found[index]
-    if level == 1.0:
-        expected, word = "inconclusive", "straddles"
-    elif (level > 1) == above:
-        expected, word = "reproduced", "wholly"
-    else:
-        expected, word = "not reproduced", "wholly on the other side"
+    expected, word = expected_verdict("above" if above else "below", level)
     assert claim.verdict == expected, (claim.measured, claim.reason)
     assert word in claim.reason
     assert "[" in claim.measured and "no interval" not in claim.measured

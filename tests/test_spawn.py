@@ -25,7 +25,7 @@ from perfgrid.experiments import spawn as spawn_mod
 from perfgrid.experiments.spawn import chains
 
 from helpers import FULL, compile_native, needs, tagged, wait_for
-from synthetic import row, single
+from synthetic import LEVELS, expected_verdict, row, single
 
 EXP = get("spawn")
 CPUS = sorted(os.sched_getaffinity(0))
@@ -229,14 +229,6 @@ SPAWN_CLAIMS = {
     "erlang_us_per_spawn": (analysis.ABOUT_US, "below"),
 }
 CLAIM_NAMES = list(SPAWN_CLAIMS)
-#: a quantity clearly below its threshold, at it, clearly above
-LEVELS = {"below": 0.8, "at": 1.0, "above": 1.25}
-EXPECTED = {("above", "above"): "reproduced", ("above", "below"): "not reproduced",
-            ("below", "below"): "reproduced", ("below", "above"): "not reproduced"}
-
-
-def expected(claim: str, level: str) -> str:
-    return "inconclusive" if level == "at" else EXPECTED[(SPAWN_CLAIMS[claim][1], level)]
 
 
 def spawn_rows(**q: float) -> list[dict]:
@@ -296,9 +288,9 @@ def test_default_spawn_table_reproduces_every_claim():
 @pytest.mark.parametrize("level", list(LEVELS))
 @pytest.mark.parametrize("claim", CLAIM_NAMES)
 def test_each_spawn_claim_is_decided_by_its_interval(claim, level):
-    threshold, _ = SPAWN_CLAIMS[claim]
+    threshold, wants = SPAWN_CLAIMS[claim]
     got = spawn_claims(spawn_rows(**{claim: threshold * LEVELS[level]}))[claim]
-    assert got.verdict == expected(claim, level), (got.measured, got.reason)
+    assert got.verdict == expected_verdict(wants, level)[0], (got.measured, got.reason)
     assert "[" in got.measured and "]" in got.measured
     assert got.ci_low < got.value < got.ci_high
     assert got.threshold == threshold

@@ -23,7 +23,7 @@ from perfgrid.experiments import get
 from perfgrid.experiments import syscall as syscall_mod
 
 from helpers import FULL, compile_native, tagged, wait_for
-from synthetic import per_process, row, single
+from synthetic import LEVELS, expected_verdict, per_process, row, single
 
 EXP = get("syscall")
 CPUS = len(os.sched_getaffinity(0))
@@ -192,14 +192,7 @@ QUANTITIES = list(SYSCALL_CLAIMS)
 CLAIM_OF = {"native_linear": 0, "native_no_further": 1, "python_linear": 2,
             "python_no_further": 3, "no_contention": 4, "vdso_clock_sys": 5,
             "vdso_getuid_sys": 5}
-LEVELS = {"below": 0.8, "at": 1.0, "above": 1.25}
-EXPECTED = {("above", "above"): "reproduced", ("above", "below"): "not reproduced",
-            ("below", "below"): "reproduced", ("below", "above"): "not reproduced"}
 TWO_CPUS = [binding.Cpu(0, c, c) for c in range(2)]
-
-
-def expected(quantity: str, level: str) -> str:
-    return "inconclusive" if level == "at" else EXPECTED[(SYSCALL_CLAIMS[quantity][1], level)]
 
 
 def syscall_rows(**q: float) -> list[dict]:
@@ -258,10 +251,10 @@ def test_default_syscall_table_reproduces_every_claim():
 @pytest.mark.parametrize("level", list(LEVELS))
 @pytest.mark.parametrize("quantity", QUANTITIES)
 def test_each_syscall_claim_is_decided_by_its_interval(quantity, level):
-    threshold, _ = SYSCALL_CLAIMS[quantity]
+    threshold, wants = SYSCALL_CLAIMS[quantity]
     claims = syscall_claims(syscall_rows(**{quantity: threshold * LEVELS[level]}))
     got = claims[CLAIM_OF[quantity]]
-    assert got.verdict == expected(quantity, level), (got.measured, got.reason)
+    assert got.verdict == expected_verdict(wants, level)[0], (got.measured, got.reason)
     assert "[" in got.measured and "]" in got.measured
     assert ("straddles" if level == "at" else "wholly") in got.reason
     others = [c for i, c in enumerate(claims) if i != CLAIM_OF[quantity]]

@@ -19,7 +19,7 @@ from perfgrid.experiments import get
 from perfgrid.experiments import timers as timers_mod
 
 from helpers import FULL, SCHEMA
-from synthetic import row, single
+from synthetic import LEVELS, expected_verdict, row, single
 
 EXP = get("timers")
 LOOPS = ["asyncio", "uvloop"]  # uvloop is a hard dependency: no skip
@@ -164,16 +164,9 @@ TIMER_CLAIMS = {
     "erlang_costly": (analysis.COSTLY, "above"),
 }
 CLAIM_NAMES = list(TIMER_CLAIMS)
-LEVELS = {"below": 0.8, "at": 1.0, "above": 1.25}
-EXPECTED = {("above", "above"): "reproduced", ("above", "below"): "not reproduced",
-            ("below", "below"): "reproduced", ("below", "above"): "not reproduced"}
 SEED = {"tasks": 500_000, "rounds": 10, "max_sleep": 10.0}
 #: the gc and uvloop pairs: as many tasks, a shorter storm (not the seed's scale)
 PAIRS = {"tasks": 500_000, "rounds": 5, "max_sleep": 1.0}
-
-
-def expected(claim: str, level: str) -> str:
-    return "inconclusive" if level == "at" else EXPECTED[(TIMER_CLAIMS[claim][1], level)]
 
 
 def noise(seed: int, processes: int = 4, cv: float = 0.01) -> np.ndarray:
@@ -260,10 +253,10 @@ def test_default_timers_table_reproduces_every_claim():
 @pytest.mark.parametrize("level", list(LEVELS))
 @pytest.mark.parametrize("claim", CLAIM_NAMES)
 def test_each_timers_claim_is_decided_by_its_interval(claim, level):
-    threshold, _ = TIMER_CLAIMS[claim]
+    threshold, wants = TIMER_CLAIMS[claim]
     claims = timer_claims(timer_rows(**{claim: threshold * LEVELS[level]}))
     got = claims[claim]
-    assert got.verdict == expected(claim, level), (got.measured, got.reason)
+    assert got.verdict == expected_verdict(wants, level)[0], (got.measured, got.reason)
     assert "[" in got.measured and "]" in got.measured
     assert got.ci_low < got.value < got.ci_high
     assert got.threshold == pytest.approx(threshold)
