@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 #: a claim's compared value as a multiple of its threshold: below it, on it, above it
 LEVELS = {"below": 0.8, "at": 1.0, "above": 1.25}
@@ -25,6 +26,13 @@ def expected_verdict(wants: str, level: str) -> tuple[str, str]:
     if wants == level:
         return "reproduced", "wholly"
     return "not reproduced", "wholly on the other side"
+
+
+def named_claims(analysis: Any, rows: list[dict], names: list[str]) -> dict[str, Any]:
+    """An analysis module's claims on ``rows``, by name: exactly one claim per name."""
+    claims = analysis.claims(pd.DataFrame(rows))
+    assert len(claims) == len(names)
+    return dict(zip(names, claims, strict=True))
 
 
 def row(rate: float, *, cv: float = 0.01, processes: int = 4, values: int = 5,

@@ -2,7 +2,6 @@ import json
 import os
 import threading
 
-import pandas as pd
 import pytest
 
 from perfgrid import binding, pagecache
@@ -10,7 +9,7 @@ from perfgrid.analysis import file_read as fr_analysis
 from perfgrid.experiments import file_read, get
 
 from helpers import needs
-from synthetic import LEVELS, row
+from synthetic import LEVELS, named_claims, row
 
 EXP = get("file_read")
 
@@ -192,10 +191,8 @@ def file_read_rows(**q: float) -> list[dict]:
 
 
 def file_read_claims(rows: list[dict]) -> dict:
-    claims = fr_analysis.claims(pd.DataFrame(rows))
     names = CLAIM_NAMES if any(r["runtime"] == "erlang" for r in rows) else CLAIM_NAMES[:5]
-    assert len(claims) == len(names)
-    return dict(zip(names, claims, strict=True))
+    return named_claims(fr_analysis, rows, names)
 
 
 def expected(op: str, level: str) -> tuple[str, str]:

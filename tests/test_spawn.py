@@ -25,7 +25,7 @@ from perfgrid.experiments import spawn as spawn_mod
 from perfgrid.experiments.spawn import chains
 
 from helpers import FULL, compile_native, needs, tagged, wait_for
-from synthetic import LEVELS, expected_verdict, row, single
+from synthetic import LEVELS, expected_verdict, named_claims, row, single
 
 EXP = get("spawn")
 CPUS = sorted(os.sched_getaffinity(0))
@@ -261,9 +261,7 @@ def spawn_rows(**q: float) -> list[dict]:
 
 
 def spawn_claims(rows: list[dict]) -> dict:
-    claims = analysis.claims(pd.DataFrame(rows))
-    assert len(claims) == len(CLAIM_NAMES)
-    return dict(zip(CLAIM_NAMES, claims, strict=True))
+    return named_claims(analysis, rows, CLAIM_NAMES)
 
 
 #: for each claim, a row it compares: (variant, binding, chains)

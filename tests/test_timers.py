@@ -19,7 +19,7 @@ from perfgrid.experiments import get
 from perfgrid.experiments import timers as timers_mod
 
 from helpers import FULL, SCHEMA
-from synthetic import LEVELS, expected_verdict, row, single
+from synthetic import LEVELS, expected_verdict, named_claims, row, single
 
 EXP = get("timers")
 LOOPS = ["asyncio", "uvloop"]  # uvloop is a hard dependency: no skip
@@ -221,9 +221,7 @@ def timer_rows(**q: float) -> list[dict]:
 
 
 def timer_claims(rows: list[dict]) -> dict:
-    claims = analysis.claims(pd.DataFrame(rows))
-    assert len(claims) == len(CLAIM_NAMES)
-    return dict(zip(CLAIM_NAMES, claims, strict=True))
+    return named_claims(analysis, rows, CLAIM_NAMES)
 
 
 #: for each claim, the row it reads beside its baseline: (runtime, variant, seeding, gc)
