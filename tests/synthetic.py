@@ -20,9 +20,9 @@ LEVELS = {"below": 0.8, "at": 1.0, "above": 1.25}
 def expected_verdict(wants: str, level: str) -> tuple[str, str]:
     """(verdict, words of its reason) of a claim that wants its value ``wants`` ("above" or
     "below") its threshold, measured at ``level`` (LEVELS) with a narrow interval: on the
-    threshold the interval straddles it."""
+    threshold the interval straddles it, within 5 % of it."""
     if level == "at":
-        return "inconclusive", "straddles"
+        return "at the threshold", "lies within 5% of"
     if wants == level:
         return "reproduced", "wholly"
     return "not reproduced", "wholly on the other side"

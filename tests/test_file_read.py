@@ -9,7 +9,7 @@ from perfgrid.analysis import file_read as fr_analysis
 from perfgrid.experiments import file_read, get
 
 from helpers import needs
-from synthetic import LEVELS, named_claims, row
+from synthetic import LEVELS, expected_verdict, named_claims, row
 
 EXP = get("file_read")
 
@@ -198,7 +198,7 @@ def file_read_claims(rows: list[dict]) -> dict:
 def expected(op: str, level: str) -> tuple[str, str]:
     """(verdict, what the reason says) of a claim ``op threshold`` at ``level``."""
     if level == "at":
-        return "inconclusive", "straddles"
+        return expected_verdict("above", level)
     if (level == "above") == op.startswith(">"):
         return "reproduced", "lies wholly " + ("above" if op == ">" else "at or above")
     return "not reproduced", "lies wholly on the other side of"

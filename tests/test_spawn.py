@@ -292,7 +292,7 @@ def test_each_spawn_claim_is_decided_by_its_interval(claim, level):
     assert "[" in got.measured and "]" in got.measured
     assert got.ci_low < got.value < got.ci_high
     assert got.threshold == threshold
-    assert ("straddles" if level == "at" else "wholly") in got.reason
+    assert ("lies within 5% of" if level == "at" else "wholly") in got.reason
     others = [c for name, c in spawn_claims(spawn_rows(**{claim: threshold * LEVELS[level]}))
               .items() if name != claim]
     assert {c.verdict for c in others} == {"reproduced"}  # each claim reads its own rows

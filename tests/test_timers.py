@@ -258,7 +258,7 @@ def test_each_timers_claim_is_decided_by_its_interval(claim, level):
     assert "[" in got.measured and "]" in got.measured
     assert got.ci_low < got.value < got.ci_high
     assert got.threshold == pytest.approx(threshold)
-    assert ("straddles" if level == "at" else "wholly") in got.reason
+    assert ("lies within 5% of" if level == "at" else "wholly") in got.reason
     assert {c.verdict for name, c in claims.items() if name != claim} == {"reproduced"}
 
 

@@ -82,7 +82,7 @@ def claims_figure(claims: list[Claim], path: Path) -> Path:
     import numpy as np
 
     colours = {"reproduced": "tab:green", "not reproduced": "tab:red",
-               "inconclusive": "tab:orange"}
+               "at the threshold": "tab:blue", "inconclusive": "tab:orange"}
     fig, ax = plt.subplots(figsize=(8, 0.28 * max(len(claims), 1) + 1.4))
     labels = []
     for i, claim in enumerate(reversed(claims)):
@@ -380,7 +380,13 @@ PRECISION_TEXT = ("Precision: points with a 95 % interval, those whose half-widt
                   "interval met the target before the cap (measure.max_seconds) stopped them.")
 VERDICT_TEXT = ("A verdict is decided by the 95 % interval of the compared quantity: reproduced "
                 "or not reproduced only when the whole interval lies on one side of the "
-                "threshold. An interval over rounds (ci_method \"hierarchical bootstrap over "
+                "threshold; at the threshold when it straddles the threshold but lies wholly "
+                "within 5 % of it (the truth is that close to the seed's number), inconclusive "
+                "otherwise. A ratio of two points measured in the same rounds is paired round "
+                "by round (ci_method \"paired over rounds\": drift both sides share cancels), "
+                "and a best-of or a median over rows takes the rows' intervals at levels that "
+                "hold for all of them at once (\"simultaneous bounds\"). An interval over "
+                "rounds (ci_method \"hierarchical bootstrap over "
                 "rounds\": jobs spread over the run, measure.claims.rounds) holds the machine's "
                 "drift over the run; one over the processes of one job holds only the noise "
                 "of that moment, and a second run may differ by more. Why: the kernel counters "
@@ -391,7 +397,8 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
 color:#222}table{border-collapse:collapse;font-size:.85em;margin:1em 0}td,th{border:1px solid
 #ccc;padding:.2em .5em;text-align:left;vertical-align:top}th{background:#f3f3f3}img{max-width:100%}
-.reproduced{background:#dfd}.not{background:#fdd}.inconclusive{background:#ffd}"""
+.reproduced{background:#dfd}.not{background:#fdd}.inconclusive{background:#ffd}
+.at{background:#ddf}"""
 
 
 def view(data: dict[str, Any]) -> dict[str, Any]:
@@ -414,7 +421,7 @@ def view(data: dict[str, Any]) -> dict[str, Any]:
         sections.append({**sec, "problems": problems, "tables": sec.get("tables", []),
                          "grid": [(k, ", ".join(map(str, v))) for k, v in sec["grid"].items()]})
     claims = data["claims"][CLAIM_COLUMNS]
-    verdict_css = {"reproduced": "reproduced", "not reproduced": "not"}
+    verdict_css = {"reproduced": "reproduced", "not reproduced": "not", "at the threshold": "at"}
     prov = data["provenance"]
     return {
         "host": data["host"], "m": data["machine"], "git": data["git"],

@@ -23,7 +23,7 @@ import numpy as np
 
 from perfgrid.stats import Estimate, decide, reduce
 
-VERDICTS = ("reproduced", "not reproduced", "inconclusive")
+VERDICTS = ("reproduced", "not reproduced", "at the threshold", "inconclusive")
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,19 @@ def judged(experiment: str, hypothesis: str, criterion: str, quantity: Estimate,
     return Claim(experiment, hypothesis, criterion, measured, verdict, runtime,
                  f"{reason}; {note}" if note else reason, float(quantity.value),
                  bounds[0], bounds[1], op, float(threshold), unit, why)
+
+
+def all_of(verdicts: list[str]) -> str:
+    """The verdict of a claim that needs every part: reproduced if every part is, not
+    reproduced if any part is, at the threshold if every undecided part is, else
+    inconclusive."""
+    if all(v == "reproduced" for v in verdicts):
+        return "reproduced"
+    if "not reproduced" in verdicts:
+        return "not reproduced"
+    if all(v in ("reproduced", "at the threshold") for v in verdicts):
+        return "at the threshold"
+    return "inconclusive"
 
 
 def inconclusive(experiment: str, hypothesis: str, criterion: str, reason: str,

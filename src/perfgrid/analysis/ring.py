@@ -13,6 +13,7 @@ import seaborn as sns
 from perfgrid.analysis import (
     INTERVAL_BARS,
     Claim,
+    all_of,
     best_row,
     inconclusive,
     interval_rows,
@@ -152,16 +153,10 @@ def _split(row: pd.Series) -> str:
 
 
 def _all_of(parts: list[Claim], measured: str) -> Claim:
-    """A compound claim: reproduced only if every part is, not reproduced if any part's
-    interval lies wholly on the other side, inconclusive otherwise. The figures (value,
-    interval, threshold) are those of the first part; ``measured`` shows them all."""
-    verdicts = [c.verdict for c in parts]
-    if all(v == "reproduced" for v in verdicts):
-        verdict = "reproduced"
-    elif "not reproduced" in verdicts:
-        verdict = "not reproduced"
-    else:
-        verdict = "inconclusive"
+    """A compound claim, decided by :func:`~perfgrid.analysis.all_of` of its parts. The
+    figures (value, interval, threshold) are those of the first part; ``measured`` shows
+    them all."""
+    verdict = all_of([c.verdict for c in parts])
     first = parts[0]
     return Claim(first.experiment, first.hypothesis, first.criterion, measured, verdict,
                  first.runtime, "; ".join(f"part {i + 1}: {c.reason}"

@@ -12,6 +12,7 @@ import seaborn as sns
 from perfgrid.analysis import (
     INTERVAL_BARS,
     Claim,
+    all_of,
     inconclusive,
     interval_rows,
     judged,
@@ -121,13 +122,13 @@ def user_share(process: dict) -> float:
 
 
 def _both(sides: list[Claim], measured: str) -> Claim:
-    """One claim from a criterion judged on each of its sides: reproduced only if every
-    side is, not reproduced if any side is wholly on the wrong side, else inconclusive.
+    """One claim from a criterion judged on each of its sides, decided by
+    :func:`~perfgrid.analysis.all_of`.
 
     The value and interval fields are those of the side that decided (the weakest)."""
-    rank = {"not reproduced": 0, "inconclusive": 1, "reproduced": 2}
+    rank = {"not reproduced": 0, "inconclusive": 1, "at the threshold": 2, "reproduced": 3}
     weakest = min(sides, key=lambda c: rank[c.verdict])
-    return replace(weakest, measured=measured,
+    return replace(weakest, verdict=all_of([c.verdict for c in sides]), measured=measured,
                    reason="; ".join(f"{side}: {c.reason}" for side, c in
                                     zip(("clock_gettime", "getuid"), sides, strict=True)))
 
