@@ -50,8 +50,10 @@ def _plots(args: argparse.Namespace) -> None:
     from perfgrid import experiments
     from perfgrid.analysis import scaling
 
-    # every experiment with a worker axis: Amdahl and USL fits (scaling.csv) and their figure
-    written += scaling.write(table, experiments.get(args.experiment).axes, tmp, args.experiment)
+    # every experiment with a worker axis: Amdahl and USL fits (scaling.csv) and their figure,
+    # up to the CPUs the run's jobs recorded (not this machine's: plots may run elsewhere)
+    written += scaling.write(table, experiments.get(args.experiment).axes, tmp, args.experiment,
+                             cpus=scaling.recorded_cpus(table))
     tmp.rename(out)
     print(f"{args.experiment}: {len(written)} figures -> {out}")
 

@@ -249,10 +249,13 @@ def extra_tables(analysis: Any, table: pd.DataFrame, plot_dir: Path,
     fitted = plot_dir / "scaling.csv"
     if fitted.exists():
         out.append(("Scaling with workers: Amdahl and USL fits",
-                    "Parameters with 95 % bootstrap intervals (refits to the rows' bootstrap "
-                    "replicates); efficiency: rate at the largest worker count over the "
-                    "smallest one's scaled linearly; better model by AICc where both models "
-                    "keep two degrees of freedom.",
+                    "Fitted only over the worker counts up to the CPUs the run's jobs could "
+                    "use (CPU limit: the CPUs of their binding plans); the counts above it "
+                    "are in the figure, hollow, not fitted, and a group left with too few "
+                    "counts says so. Parameters with 95 % bootstrap intervals (refits to the "
+                    "rows' bootstrap replicates); efficiency: rate at the largest fitted "
+                    "worker count over the smallest one's scaled linearly; better model by "
+                    "AICc where both models keep two degrees of freedom.",
                     scaling.summary(pd.read_csv(fitted), axes)))
     if hasattr(analysis, "tables"):
         out += analysis.tables(table)

@@ -24,11 +24,21 @@ with fewer worker counts than that (three counts cannot tell a 3-parameter
 USL from a perfect fit) the table says "undecided" and why, instead of
 pretending. Efficiency against linear compares the rate at the largest
 worker count with the smallest one scaled linearly.
+
+Only worker counts up to the CPUs the run could use are fitted: past them the
+workers take turns on the CPUs, and a fit over those points models the CPU
+limit, not contention or coherency. The points above stay in the table and the
+figure, marked "not fitted" (hollow markers); a group left with fewer than
+:data:`MIN_COUNTS` counts says so instead of a fit. The CPU count is the run's
+own record (:func:`recorded_cpus`: the CPUs its binding plans used), never the
+machine the analysis runs on; where nothing is recorded, every point is fitted
+and the table says the CPU count is unknown.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,8 +52,10 @@ from perfgrid.stats import Estimate
 
 #: refits per group for the parameters' intervals (each a handful of points: fast)
 N_REFITS = 200
-#: a group needs this many worker counts for a fit
+#: a group needs this many worker counts for a fit (at least the USL's three parameters)
 MIN_COUNTS = 3
+#: what a group's row says where the run recorded no CPU count
+UNKNOWN_CPUS = "CPU count unknown: fitted over all points"
 #: axes that are never grouped on (they are the fit's x, or say nothing about the setting)
 _NOT_GROUPS = {"workers"}
 
@@ -159,7 +171,8 @@ def fit_group(workers: Sequence[int], estimates: Sequence[Estimate],
     se = [math.sqrt(e.var) if e.has_interval and e.var > 0 else math.nan for e in estimates]
     weights = None if any(not math.isfinite(s) for s in se) else se
     fits = {m: fit(m, n, rates, weights) for m in MODELS}
-    out: dict[str, object] = {"counts": len(n), "workers": ",".join(str(int(w)) for w in n)}
+    out: dict[str, object] = {"counts": len(n),
+                              "fitted_workers": ",".join(str(int(w)) for w in n)}
     for model, f in fits.items():
         for name, value in f.params.items():
             out[f"{model}_{name}"] = value
@@ -225,28 +238,70 @@ def group_axes(table: pd.DataFrame, axes: Sequence[str]) -> list[str]:
     return [a for a in ("runtime", *axes) if a in table and a not in _NOT_GROUPS]
 
 
-def fits(table: pd.DataFrame, axes: Sequence[str],
+def recorded_cpus(table: pd.DataFrame) -> int | None:
+    """The CPUs the run's benchmark jobs could use, from what its rows recorded: the union
+    of the CPU lists of their binding plans (``binding_plan``). A point run unbound
+    (binding ``none``) or with more workers than CPUs lists every CPU its job was allowed.
+
+    Not machine.json (its own job: on a cluster another, smaller allocation) nor this
+    process's affinity (the plots job runs where Snakemake runs). None where no row holds
+    a plan of CPU lists (an Erlang VM's flags are none).
+    """
+    from perfgrid.binding import parse_plan
+
+    if "binding_plan" not in table:
+        return None
+    seen: set[int] = set()
+    for text in table["binding_plan"].dropna().astype(str):
+        try:
+            lists, _ = parse_plan(text)
+        except ValueError:
+            continue
+        seen.update(cpu for cpus in lists for cpu in cpus)
+    return len(seen) or None
+
+
+def fits(table: pd.DataFrame, axes: Sequence[str], *, cpus: int | None,
          n_refits: int = N_REFITS) -> pd.DataFrame:
-    """One row per setting of the other axes measured at MIN_COUNTS worker counts or more."""
+    """One row per setting of the other axes measured at MIN_COUNTS worker counts or more.
+
+    Only the counts up to ``cpus`` (the run's CPUs, :func:`recorded_cpus`) are fitted, all
+    where it is None; a row whose fitted counts are too few says why (``fit_note``).
+    """
     from perfgrid.analysis import rate_estimates
 
     if table.empty or "workers" not in table:
         return pd.DataFrame()
     keys = group_axes(table, axes)
+    needed = max(MIN_COUNTS, len(MODELS["usl"][1]))
     rows = []
     usable = table[np.isfinite(table["rate"].astype(float)) & (table["rate"] > 0)]
     for key, group in usable.groupby(keys, dropna=False):
         group = group.sort_values("workers")
         if group["workers"].nunique() < MIN_COUNTS or len(group) != group["workers"].nunique():
             continue
-        estimates = rate_estimates(group)
-        rows.append({**dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True)),
-                     **fit_group(group["workers"].astype(int).tolist(), estimates, n_refits)})
+        counts = group["workers"].astype(int)
+        inside = counts <= cpus if cpus is not None else counts > 0
+        head = {**dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True)),
+                "cpus": cpus if cpus is not None else math.nan,
+                "workers": ",".join(map(str, counts)),
+                "not_fitted_workers": ",".join(map(str, counts[~inside])),
+                "fit_note": UNKNOWN_CPUS if cpus is None else ""}
+        if inside.sum() < needed:
+            listed = ", ".join(map(str, counts[inside])) or "none"
+            rows.append({**head, "counts": int(inside.sum()),
+                         "fitted_workers": ",".join(map(str, counts[inside])),
+                         "fit_note": f"too few worker counts up to the {cpus} CPUs: {listed} "
+                                     f"({needed} needed)"})
+            continue
+        fitted = group[inside.to_numpy()]
+        rows.append({**head, **fit_group(fitted["workers"].astype(int).tolist(),
+                                         rate_estimates(fitted), n_refits)})
     return pd.DataFrame(rows)
 
 
 def _num(value: object, spec: str) -> str:
-    if not isinstance(value, float | int) or math.isnan(value):
+    if not isinstance(value, numbers.Real) or math.isnan(value):
         return ""
     return "none (∞)" if value == math.inf else f"{value:{spec}}"
 
@@ -255,28 +310,55 @@ def _show(row: pd.Series | dict, key: str, spec: str) -> str:
     """``0.052 [0.047, 0.058]``; a USL peak that does not exist shows as ``none (∞)``."""
     text = _num(row.get(key, math.nan), spec)
     lo, hi = row.get(f"{key}_ci_low", math.nan), row.get(f"{key}_ci_high", math.nan)
-    if text and isinstance(lo, float | int) and not math.isnan(lo):
+    if text and isinstance(lo, numbers.Real) and not math.isnan(lo):
         return f"{text} [{_num(lo, spec)}, {_num(hi, spec)}]"
     return text
 
 
+def _is_fitted(row: pd.Series | dict) -> bool:
+    """Whether the group's row holds a fit (else its ``fit_note`` says why not)."""
+    lam = row.get("usl_lambda", math.nan)
+    return isinstance(lam, numbers.Real) and math.isfinite(lam)
+
+
+def _counts(value: object) -> str:
+    """A CSV cell of worker counts (``1,2,4``; one count reads back as a number) as text."""
+    if isinstance(value, float) and math.isnan(value):
+        return ""
+    return str(int(value) if isinstance(value, float) else value).replace(",", ", ")
+
+
+def _cpu_limit(row: pd.Series | dict) -> str:
+    cpus = row.get("cpus", math.nan)
+    return (str(int(cpus)) if isinstance(cpus, numbers.Real) and math.isfinite(cpus)
+            else UNKNOWN_CPUS.replace("CPU count ", ""))
+
+
 def summary(fitted: pd.DataFrame, axes: Sequence[str]) -> pd.DataFrame:
-    """The report's scaling table: one line per group, parameters with 95 % intervals."""
+    """The report's scaling table: one line per group, parameters with 95 % intervals, the
+    CPU limit the fit stopped at and the counts above it; a group without a fit says why."""
     if fitted.empty:
         return fitted
     keys = [a for a in group_axes(fitted, axes) if fitted[a].nunique(dropna=False) > 1]
     out = fitted[keys].copy() if keys else pd.DataFrame(index=fitted.index)
-    out["workers"] = fitted["workers"]
-    out["Amdahl s"] = [_show(r, "amdahl_s", ".3f") for _, r in fitted.iterrows()]
-    out["USL σ (contention)"] = [_show(r, "usl_sigma", ".3f") for _, r in fitted.iterrows()]
-    out["USL κ (coherency)"] = [_show(r, "usl_kappa", ".4f") for _, r in fitted.iterrows()]
-    out["USL peak N*"] = [_show(r, "usl_peak_workers", ".1f") for _, r in fitted.iterrows()]
-    out["measured peak N"] = fitted["measured_peak_workers"]
+    rows = [r for _, r in fitted.iterrows()]
+    out["CPU limit"] = [_cpu_limit(r) for r in rows]
+    out["workers fitted"] = [_counts(r.get("fitted_workers", math.nan)) or "none" for r in rows]
+    out["not fitted (above the CPUs)"] = [
+        _counts(r.get("not_fitted_workers", math.nan)) or "none" for r in rows]
+    out["Amdahl s"] = [_show(r, "amdahl_s", ".3f") for r in rows]
+    out["USL σ (contention)"] = [_show(r, "usl_sigma", ".3f") for r in rows]
+    out["USL κ (coherency)"] = [_show(r, "usl_kappa", ".4f") for r in rows]
+    out["USL peak N*"] = [_show(r, "usl_peak_workers", ".1f") for r in rows]
+    out["measured peak N"] = [_num(r.get("measured_peak_workers", math.nan), ".0f")
+                              for r in rows]
     out["efficiency at max N"] = [
-        _show({"e": r["efficiency_at_max"], "e_ci_low": r["efficiency_ci_low"],
-               "e_ci_high": r["efficiency_ci_high"]}, "e", ".2f")
-        for _, r in fitted.iterrows()]
-    out["better model"] = fitted["better_model"] + " (" + fitted["better_by"] + ")"
+        _show({"e": r.get("efficiency_at_max", math.nan),
+               "e_ci_low": r.get("efficiency_ci_low", math.nan),
+               "e_ci_high": r.get("efficiency_ci_high", math.nan)}, "e", ".2f")
+        for r in rows]
+    out["better model"] = [f"{r['better_model']} ({r['better_by']})" if _is_fitted(r)
+                           else f"no fit: {r.get('fit_note', '')}" for r in rows]
     return out.reset_index(drop=True)
 
 
@@ -285,7 +367,9 @@ def plot(table: pd.DataFrame, fitted: pd.DataFrame, axes: Sequence[str], out_dir
     """Measured rates (95 % intervals) per group, both fitted curves and the linear reference.
 
     Rates are shown relative to the fitted single-worker rate λ (USL), so every
-    panel shares the scale of speed-up and the linear line is ``y = N``.
+    panel shares the scale of speed-up and the linear line is ``y = N``; a group
+    without a fit is shown relative to its fewest workers' rate per worker. Points
+    not fitted (above the CPU limit, the dash-dotted line) are hollow.
     """
     import matplotlib
 
@@ -302,51 +386,68 @@ def plot(table: pd.DataFrame, fitted: pd.DataFrame, axes: Sequence[str], out_dir
     cols = min(4, panels)
     rows = math.ceil(panels / cols)
     fig, grid = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False)
+    legend: dict[str, object] = {}
     for ax, (_, f) in zip(grid.flat, fitted.iterrows(), strict=False):
         where = np.ones(len(table), bool)
         for a in keys:
             where &= (table[a].astype(str) == str(f[a])).to_numpy()
         pts = table[where].sort_values("workers")
-        lam = f["usl_lambda"]
         n = pts["workers"].astype(float).to_numpy()
+        cpus = f.get("cpus", math.nan)
+        known = isinstance(cpus, numbers.Real) and math.isfinite(cpus)
+        used = (n <= cpus if known else np.ones(len(n), bool)) & _is_fitted(f)
+        lam = f["usl_lambda"] if _is_fitted(f) else float(pts["rate"].iloc[0]) / n[0]
         y = pts["rate"].to_numpy() / lam
         lo = pts.get("rate_ci_low", pts["rate"]).fillna(pts["rate"]).to_numpy() / lam
         hi = pts.get("rate_ci_high", pts["rate"]).fillna(pts["rate"]).to_numpy() / lam
-        ax.errorbar(n, y, yerr=[y - lo, hi - y], fmt="o", color="k", ms=3, capsize=2,
-                    label="measured (95 %)")
+        for mask, face, label in ((used, "k", "measured (95 %)"), (~used, "none", "not fitted")):
+            if mask.any():
+                ax.errorbar(n[mask], y[mask], yerr=[(y - lo)[mask], (hi - y)[mask]], fmt="o",
+                            color="k", mfc=face, ms=3, capsize=2, label=label)
         grid_n = np.linspace(1, max(n.max(), 2), 100)
         ax.plot(grid_n, grid_n, ":", color="0.5", label="linear")
-        ax.plot(grid_n, usl(grid_n, 1.0, f["usl_sigma"], f["usl_kappa"]), "-",
-                color="tab:blue", label="USL")
-        ax.plot(grid_n, amdahl(grid_n, f["amdahl_lambda"] / lam, f["amdahl_s"]), "--",
-                color="tab:orange", label="Amdahl")
+        if known:
+            ax.axvline(cpus, ls="-.", lw=0.8, color="0.6", label="CPU limit")
+        if _is_fitted(f):
+            fit_n = np.linspace(1, max(n[used].max(), 2), 100)
+            ax.plot(fit_n, usl(fit_n, 1.0, f["usl_sigma"], f["usl_kappa"]), "-",
+                    color="tab:blue", label="USL")
+            ax.plot(fit_n, amdahl(fit_n, f["amdahl_lambda"] / lam, f["amdahl_s"]), "--",
+                    color="tab:orange", label="Amdahl")
         ax.set_ylim(0, max(float(np.nanmax(hi)) * 1.15, 1.2))
         words = [f"{a}={f[a]}" if isinstance(f[a], int | float | np.integer) else str(f[a])
                  for a in varying if a != "runtime" or "variant" not in varying]
-        ax.set_title(textwrap.fill(", ".join(words), 40) or name, fontsize=7)
+        title = textwrap.fill(", ".join(words), 40) or name
+        ax.set_title(title if _is_fitted(f) else f"{title}\n(no fit: too few counts)",
+                     fontsize=7)
         ax.tick_params(labelsize=6)
         ax.set_xlabel("workers", fontsize=7)
-        ax.set_ylabel("rate / fitted λ", fontsize=7)
+        ax.set_ylabel("rate / fitted λ" if _is_fitted(f) else "rate / rate per worker at fewest N",
+                      fontsize=7)
+        handles, labels = ax.get_legend_handles_labels()
+        legend.update(zip(labels, handles, strict=True))
     for ax in list(grid.flat)[panels:]:
         ax.axis("off")
-    grid.flat[0].legend(fontsize=6)
-    fig.suptitle(f"{name}: scaling with workers (USL solid, Amdahl dashed, linear dotted)",
-                 fontsize=9)
+    grid.flat[0].legend(legend.values(), legend.keys(), fontsize=6)
+    fig.suptitle(f"{name}: scaling with workers (USL solid, Amdahl dashed, linear dotted; "
+                 "hollow: not fitted)", fontsize=9)
     fig.tight_layout()
     return save(fig, out_dir, "scaling")
 
 
-def write(table: pd.DataFrame, axes: Sequence[str], out_dir: Path, name: str) -> list[Path]:
-    """Fit every group, write ``scaling.csv`` and the ``scaling`` figure into ``out_dir``.
+def write(table: pd.DataFrame, axes: Sequence[str], out_dir: Path, name: str, *,
+          cpus: int | None) -> list[Path]:
+    """Fit every group up to ``cpus``, write ``scaling.csv`` and the ``scaling`` figure.
 
     The report reads the CSV (fitting once, in the plots job); nothing is written
     for an experiment without a worker axis or without a group of enough counts.
+    The CSV's ``fitted_workers`` and ``not_fitted_workers`` say which points were fitted.
     """
     from perfgrid.atomic import atomic_path
 
     if "workers" not in axes:
         return []
-    fitted = fits(table, axes)
+    fitted = fits(table, axes, cpus=cpus)
     if fitted.empty:
         return []
     path = Path(out_dir) / "scaling.csv"
