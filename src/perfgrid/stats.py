@@ -372,7 +372,7 @@ def mean_estimate(processes: Sequence[Sequence[float]], seed: int = 0,
     """
     outer = by_round(processes, rounds)
     groups = [np.asarray(g, dtype=float) for g in outer if len(g)]
-    pooled_rounds = len(outer) != len(processes)
+    pooled_rounds = rounds is not None and len(set(rounds)) >= 2
     values = np.concatenate(groups) if groups else np.array([])
     if values.size == 0:
         return Estimate.unknown(float("nan"), "no values")

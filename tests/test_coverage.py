@@ -1,0 +1,171 @@
+"""Coverage of every way a claim's interval is computed, by simulation (1,000 draws each).
+
+Each draw makes synthetic rows with a known truth, measured in ``BLOCKS`` rounds (one
+process and one value a round, as claim points are measured), computes the claim's
+quantity as the analysis does, and counts how often its 95 % interval holds the truth.
+Noise on the log scale: a part every point of a round shares (drift, ``SHARED``) and a
+part of each point's own process (``OWN``), about this VM's 0.3 correlation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from perfgrid import stats
+
+DRAWS = 1000
+BLOCKS = 6
+SHARED, OWN = 0.06, 0.09
+
+
+def _row(truth: float, shared: np.ndarray, rng: np.random.Generator, own: float = OWN,
+         noise=None) -> stats.Estimate:
+    """One point's rate over ``len(shared)`` rounds (each one process, one value)."""
+    draw = noise(rng, len(shared)) if noise is not None else rng.normal(0, own, len(shared))
+    times = np.exp(shared + draw) / truth
+    labels = list(range(1, len(shared) + 1))
+    return stats.rate([[t] for t in times], 1.0, seed=int(rng.integers(1 << 30)),
+                      rounds=labels)
+
+
+def _covers(quantity, truth: float) -> bool:
+    lo, hi = quantity.interval()
+    return lo <= truth <= hi
+
+
+def _coverage(make, truth: float, draws: int = DRAWS, seed: int = 1) -> float:
+    rng = np.random.default_rng(seed)
+    return sum(_covers(make(rng), truth) for _ in range(draws)) / draws
+
+
+def _shared(rng: np.random.Generator, blocks: int = BLOCKS) -> np.ndarray:
+    return rng.normal(0, SHARED, blocks)
+
+
+def test_a_paired_ratio_covers_and_is_narrower_than_an_unpaired_one() -> None:
+    """Both sides in the same rounds: the per-round log ratio is the unit (t, blocks - 1)."""
+    def paired(rng):
+        shared = _shared(rng)
+        return _row(1.3, shared, rng) / _row(1.0, shared, rng)
+
+    coverage = _coverage(paired, 1.3)
+    rng = np.random.default_rng(2)
+    shared = _shared(rng)
+    a, b = _row(1.3, shared, rng), _row(1.0, shared, rng)
+    ratio = a / b
+    assert ratio.method == stats.METHOD_PAIRED and ratio.df == BLOCKS - 1
+    independent = stats.Estimate(a.value, a.dev, a.df, a.method) / stats.Estimate(
+        b.value, b.dev, b.df, b.method)
+    print(f"paired ratio: coverage {coverage:.3f}")
+    assert 0.93 <= coverage <= 0.97
+    assert ratio.ci_rel < independent.ci_rel
+
+
+def test_a_paired_ratio_of_ratios_stays_paired() -> None:
+    """(a / b) / (c / d), all four in the same rounds: still one t over the blocks."""
+    def double(rng):
+        shared = _shared(rng)
+        a, b, c, d = (_row(t, shared, rng) for t in (2.0, 1.0, 1.0, 1.25))
+        return (a / b) / (c / d)
+
+    coverage = _coverage(double, 2.0 / 0.8)
+    print(f"paired ratio of ratios: coverage {coverage:.3f}")
+    assert 0.93 <= coverage <= 0.97
+
+
+def _old_best_of(parts: list[stats.Estimate]) -> stats.Estimate:
+    """The best-of that perfgrid used before: the maximum replicate by replicate, widened
+    by t. Kept here as the negative control."""
+    values = np.array([p.value for p in parts])
+    reps = np.log(values)[:, None] + np.stack([p.dev for p in parts])
+    dev = np.log(np.exp(reps).max(axis=0)) - np.log(values.max())
+    return stats.Estimate(float(values.max()), dev, float(min(p.df for p in parts)),
+                          stats.METHOD_HIERARCHICAL)
+
+
+def _equal_rows(k: int, rng: np.random.Generator) -> list[stats.Estimate]:
+    """K rows of the same true rate 1, measured at different moments (no shared block)."""
+    return [_row(1.0, _shared(rng), rng) for _ in range(k)]
+
+
+@pytest.mark.parametrize("k", [2, 4, 8, 32])
+def test_a_best_of_k_rows_covers_the_best_truth(k: int) -> None:
+    """Equal rows are the worst case for a maximum: its estimate is biased upward by the
+    most. The simultaneous lower end (Bonferroni over K) and the plain upper end cover at
+    95-99 %: conservative by design, since the upper end almost never misses when K rows
+    all have the best truth."""
+    coverage = _coverage(lambda rng: stats.reduce(_equal_rows(k, rng), np.max), 1.0,
+                         seed=10 + k)
+    print(f"best of {k}: coverage {coverage:.3f}")
+    assert 0.93 <= coverage <= 0.99
+
+
+def test_a_best_of_one_clear_winner_is_still_covered() -> None:
+    """One row well ahead of seven others: the maximum's interval covers the winner."""
+    def best(rng):
+        return stats.reduce([_row(1.5, _shared(rng), rng),
+                             *(_row(1.0, _shared(rng), rng) for _ in range(7))], np.max)
+
+    coverage = _coverage(best, 1.5, seed=3)
+    print(f"best of 8, one winner: coverage {coverage:.3f}")
+    assert 0.93 <= coverage <= 0.99
+
+
+@pytest.mark.parametrize("k", [8, 32])
+def test_negative_control_the_old_best_of_does_not_cover(k: int) -> None:
+    """The bootstrap of the maximum does not know the selection: under 80 % at K = 8."""
+    coverage = _coverage(lambda rng: _old_best_of(_equal_rows(k, rng)), 1.0, seed=20 + k)
+    print(f"old best of {k}: coverage {coverage:.3f}")
+    assert coverage < 0.80
+
+
+def test_a_median_of_ratios_covers_the_median_truth() -> None:
+    """A median of five paired ratios (truths 0.9-1.3). Conservative: both ends take every
+    row at alpha / K (Bonferroni), and with rows this far apart the median's interval is
+    the middle row's at that stricter level, so it covers nearly always."""
+    truths = [0.9, 1.0, 1.1, 1.2, 1.3]
+
+    def median(rng):
+        ratios = []
+        for truth in truths:
+            shared = _shared(rng)
+            ratios.append(_row(truth, shared, rng) / _row(1.0, shared, rng))
+        return stats.reduce(ratios, np.median)
+
+    coverage = _coverage(median, 1.1, seed=4)
+    print(f"median of 5 ratios: coverage {coverage:.3f}")
+    assert 0.93 <= coverage <= 1.0
+
+
+def test_heavy_tails_a_paired_ratio_still_covers() -> None:
+    """Noise from Student's t with 3 degrees of freedom on the log scale."""
+    def heavy(rng, n):
+        return OWN * rng.standard_t(3, n) / np.sqrt(3.0)
+
+    def ratio(rng):
+        shared = _shared(rng)
+        return _row(1.3, shared, rng, noise=heavy) / _row(1.0, shared, rng, noise=heavy)
+
+    coverage = _coverage(ratio, 1.3, seed=5)
+    print(f"heavy tails: coverage {coverage:.3f}")
+    assert 0.93 <= coverage <= 0.98
+
+
+@pytest.mark.xfail(strict=True, reason="issue #25: a bimodal point (one round in ten 3x "
+                   "slower) needs pinning, stratifying by placement or many more blocks; "
+                   "a t interval over six blocks covers its mean about a fifth of the time")
+def test_bimodal_rounds_are_covered() -> None:
+    """One round in ten three times slower on one side, the mean ratio as the truth."""
+    def bimodal(rng, n):
+        return rng.normal(0, OWN, n) + np.where(rng.random(n) < 0.1, np.log(3.0), 0.0)
+
+    mean_slow = 0.9 + 0.1 * 3.0  # the true mean time of the bimodal side, relative
+
+    def ratio(rng):
+        shared = _shared(rng)
+        return _row(1.0, shared, rng) / _row(1.0, shared, rng, noise=bimodal)
+
+    coverage = _coverage(ratio, 1.0 / mean_slow, seed=6)
+    print(f"bimodal: coverage {coverage:.3f}")
+    assert coverage >= 0.93
