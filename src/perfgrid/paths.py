@@ -151,6 +151,11 @@ class Layout:
         """Identity of the test file generated at the default path (hidden: not archived)."""
         return self.root / "data" / ".testfile.generated.json"
 
+    @property
+    def http_database(self) -> Path:
+        """The http experiment's SQLite counter when ``http.database`` is not set."""
+        return self.root / "data" / "http.sqlite"
+
     def table(self, experiment: str) -> Path:
         return self.root / "tables" / f"{experiment}.csv"
 

@@ -4,10 +4,11 @@ The JSON schema (``workflow/schemas/``) checks types, ranges and names; this
 module checks what a schema cannot (whole floats where integers belong, NaN
 and infinities, patterns that must match the whole string, sizes in
 strings, paths that would clobber the repository or collide with the
-pipeline's own folders, a file already at the test file's path, free disk
-space) and fills in derived values. Every error names the config key and
-what is allowed, is raised before any job runs, and writes nothing: not
-even a folder, so a dry run leaves the disk as it found it.
+pipeline's own folders, a file already at the test file's or the http
+database's path that perfgrid did not create, free disk space) and fills
+in derived values. Every error names the config key and what is allowed,
+is raised before any job runs, and writes nothing: not even a folder, so a
+dry run leaves the disk as it found it.
 """
 
 from __future__ import annotations
@@ -278,8 +279,9 @@ def resolve_auto(config: dict[str, Any]) -> dict[str, list[int]]:
 def effective(config: dict[str, Any], check_disk: bool = True) -> dict[str, Any]:
     """The config with derived values filled in; raises ConfigError, writes nothing.
 
-    ``check_disk`` also looks at the disk: the file already at the test file's path,
-    free space, a writable results folder. A job that works the grid out again (rule
+    ``check_disk`` also looks at the disk: the file already at the test file's path (and
+    at any other path a job writes, ``Experiment.check_files``), free space, a writable
+    results folder. A job that works the grid out again (rule
     skipped, while the testfile job may be writing the file) passes False.
     """
     check_shape(config)
@@ -322,6 +324,11 @@ def effective(config: dict[str, Any], check_disk: bool = True) -> dict[str, Any]
             testfile.check_free_space(tf["path"], tf["size_bytes"])
         except ValueError as err:
             raise ConfigError(str(err)) from None
+    for name in cfg["experiments"] if check_disk else ():
+        try:  # a file at a path its jobs write that perfgrid did not create (http.database)
+            experiments.get(name).check_files(cfg.get(name) or {}, layout)
+        except ValueError as err:
+            raise ConfigError(brief(str(err))) from None
 
     for name in cfg["experiments"]:
         section = cfg.setdefault(name, {})
