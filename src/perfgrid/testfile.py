@@ -35,7 +35,8 @@ from perfgrid.atomic import write_json
 CHUNK = 64 << 20
 _UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
           "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
-SIZE_PATTERN = r"^\s*[0-9]+\s*(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)?\s*$"
+#: spaces only, not ``\s``: that would let a newline, a tab or a Unicode space through
+SIZE_PATTERN = r"^ *[0-9]+ *(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)? *$"
 #: the smallest test file: one page, so that every block size and cache check makes sense
 MIN_SIZE = 4096
 #: keys of perfgrid's sidecar; a JSON file without them is not perfgrid's
@@ -55,7 +56,7 @@ def parse_size(value: int | str, key: str = "size") -> int:
                 f"{key}: {value!r} is not a size; use bytes or a number with one of "
                 f"{', '.join(u for u in _UNITS if u)}"
             )
-        size = int(re.match(r"\s*([0-9]+)", str(value)).group(1)) * _UNITS[match.group(1) or ""]
+        size = int(re.match(r" *([0-9]+)", str(value)).group(1)) * _UNITS[match.group(1) or ""]
     if size <= 0:
         raise ValueError(f"{key}: must be positive, got {value!r}")
     return size
