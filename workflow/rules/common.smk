@@ -20,8 +20,9 @@ gc.freeze()
 # express: one short message naming the key, before any job, and nothing written.
 try:
     # workers: auto counts the CPUs where the workflow is parsed; a cluster job parses it
-    # again on its node, so the count goes with it (envvars) and every job sees one grid
-    os.environ.setdefault(settings.AUTO_CPUS_ENV, str(settings.auto_cpus()))
+    # again on its node, so the count (and what set it) goes with it (envvars) and every
+    # job sees one grid
+    settings.export_auto_cpus(os.environ)
     SETTINGS = settings.validated(config)
 except settings.ConfigError as err:
     raise WorkflowError(settings.brief(f"invalid config: {err}")) from None
@@ -29,6 +30,7 @@ except settings.ConfigError as err:
 envvars:
     "PATH",
     settings.AUTO_CPUS_ENV,
+    settings.AUTO_CPUS_SOURCE_ENV,
 
 
 # Jobs run `python` and import perfgrid from this checkout: the interpreter
