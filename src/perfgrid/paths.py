@@ -61,7 +61,14 @@ class Layout:
 
     @property
     def bench_lock(self) -> Path:
+        """Serialises the benchmark jobs of one run (perfgrid.bench)."""
         return self.root / ".bench.lock"
+
+    @property
+    def run_lock(self) -> Path:
+        """Held by the one run writing this result set (perfgrid.runlock; hidden: not
+        archived)."""
+        return self.root / ".perfgrid.lock"
 
     def native_binary(self, name: str) -> Path:
         return self.root / "bin" / name
