@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import copy
 import os
+from pathlib import Path
 
 import pytest
 import yaml
 from snakemake.utils import validate
 
-from perfgrid import settings
+from perfgrid import machine, report, settings
 
 from helpers import REPO
 
@@ -94,11 +95,86 @@ def test_the_config_as_used_names_the_counts(monkeypatch):
     assert config["http"]["extra_grids"][0]["workers"] == [1, 2, 4]
 
 
-@pytest.mark.parametrize("value", ["0", "many", "-2", "99999"])
+@pytest.mark.parametrize("value", ["0", "many", "-2", "99999", "\u00b2", "\u0663", "+3", "3.0"])
 def test_a_bad_cpu_count_names_the_variable(monkeypatch, value):
+    """ASCII digits only: '\u00b2' (superscript two) made int() fail without naming the
+    variable, and '\u0663' (Arabic-Indic three) counted as 3."""
     monkeypatch.setenv(settings.AUTO_CPUS_ENV, value)
-    with pytest.raises(settings.ConfigError, match=f"{settings.AUTO_CPUS_ENV}.*allowed"):
+    with pytest.raises(settings.ConfigError) as info:
         settings.validated(copy.deepcopy(BASE), check_disk=False)
+    assert str(info.value).startswith(f"{settings.AUTO_CPUS_ENV}={value!r} ")
+    assert "allowed: a whole number from 1 to 2048 in the digits 0-9, or unset" in str(
+        info.value)
+
+
+# -- what limits the count: the affinity mask, a cgroup CPU quota, the variable ----------
+
+#: a non-contiguous affinity mask: three CPUs, not CPUs 0-2
+MASK = {0, 2, 5}
+
+
+def fake_cgroup(tmp_path: Path, membership: str, files: dict[str, str]) -> tuple[Path, Path]:
+    """(a /proc/self/cgroup, a /sys/fs/cgroup root) holding ``files`` (path -> text)."""
+    proc, root = tmp_path / "cgroup", tmp_path / "fs"
+    proc.write_text(membership)
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text + "\n")
+    return proc, root
+
+
+@pytest.mark.parametrize("membership, files, cpus, set_by", [
+    ("0::/\n", {}, 3, "the affinity mask (CPUs 0,2,5)"),
+    ("0::/box\n", {"box/cpu.max": "max 100000"}, 3, "the affinity mask (CPUs 0,2,5)"),
+    ("0::/box\n", {"box/cpu.max": "200000 100000"}, 2,
+     "the cgroup CPU quota ({root}/box/cpu.max: 200000 100000)"),
+    ("0::/box\n", {"box/cpu.max": "150000 100000"}, 2,  # 1.5 CPUs: two run at times
+     "the cgroup CPU quota ({root}/box/cpu.max: 150000 100000)"),
+    ("0::/box\n", {"box/cpu.max": "400000 100000"}, 3, "the affinity mask (CPUs 0,2,5)"),
+    ("0::/box/job\n", {"box/cpu.max": "100000 100000", "box/job/cpu.max": "max 100000"}, 1,
+     "the cgroup CPU quota ({root}/box/cpu.max: 100000 100000)"),  # an ancestor's quota
+    ("0::/\n", {"cpu.max": "200000 100000"}, 2,  # a container's own cgroup namespace
+     "the cgroup CPU quota ({root}/cpu.max: 200000 100000)"),
+    ("4:cpu,cpuacct:/box\n", {"cpu,cpuacct/box/cpu.cfs_quota_us": "50000",
+                               "cpu,cpuacct/box/cpu.cfs_period_us": "100000"}, 1,
+     "the cgroup CPU quota ({root}/cpu,cpuacct/box/cpu.cfs_quota_us: 50000 us per 100000 us)"),
+    ("4:cpu,cpuacct:/box\n", {"cpu,cpuacct/box/cpu.cfs_quota_us": "-1",
+                               "cpu,cpuacct/box/cpu.cfs_period_us": "100000"}, 3,
+     "the affinity mask (CPUs 0,2,5)"),
+    ("0::/box\n", {"box/cpu.max": "garbage"}, 3, "the affinity mask (CPUs 0,2,5)"),
+])
+def test_auto_takes_the_smaller_of_the_mask_and_a_cgroup_quota(tmp_path, membership, files,
+                                                                cpus, set_by):
+    proc, root = fake_cgroup(tmp_path, membership, files)
+    assert settings.auto_cpu_limit({}, MASK, proc, root) == (cpus, set_by.format(root=root))
+
+
+def test_the_variable_wins_and_travels_with_what_set_it(tmp_path):
+    proc, root = fake_cgroup(tmp_path, "0::/\n", {"cpu.max": "100000 100000"})
+    environ = {settings.AUTO_CPUS_ENV: "8"}
+    assert settings.auto_cpu_limit(environ, MASK, proc, root) == (
+        8, f"the {settings.AUTO_CPUS_ENV} variable")
+    settings.export_auto_cpus(environ)  # as the workflow does where it parses the config
+    assert environ == {settings.AUTO_CPUS_ENV: "8",
+                       settings.AUTO_CPUS_SOURCE_ENV: f"the {settings.AUTO_CPUS_ENV} variable"}
+    unset: dict[str, str] = {}
+    cpus = settings.export_auto_cpus(unset)  # a job's parse then finds both set
+    assert unset == {settings.AUTO_CPUS_ENV: str(cpus),
+                     settings.AUTO_CPUS_SOURCE_ENV: settings.auto_cpu_limit({})[1]}
+    assert settings.auto_cpu_limit(unset) == (cpus, settings.auto_cpu_limit({})[1])
+
+
+def test_machine_json_and_the_report_say_what_set_the_count(monkeypatch):
+    monkeypatch.setenv(settings.AUTO_CPUS_ENV, "2")
+    monkeypatch.setenv(settings.AUTO_CPUS_SOURCE_ENV,
+                       "the cgroup CPU quota (/sys/fs/cgroup/cpu.max: 200000 100000)")
+    snapshot = machine.snapshot()
+    assert snapshot["auto_workers"] == {
+        "cpus": 2, "counts": [1, 2, 4],
+        "set_by": "the cgroup CPU quota (/sys/fs/cgroup/cpu.max: 200000 100000)"}
+    text, _ = report.topology_table(snapshot)
+    assert ("workers: auto stood for 1, 2, 4 (built for 2 CPU(s), set by the cgroup CPU quota "
+            "(/sys/fs/cgroup/cpu.max: 200000 100000); a ring's from 2)") in text
 
 
 @pytest.mark.parametrize("overrides, needle", [

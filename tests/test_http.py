@@ -8,11 +8,13 @@ import os
 import re
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pandas as pd
 import psutil
@@ -30,7 +32,7 @@ from perfgrid.experiments.http import load as http_load
 from perfgrid.experiments.http import server as http_server
 from perfgrid.experiments.http.supervisor import ServerGroup
 
-from helpers import REPO, gone, needs
+from helpers import REPO, gone, needs, snakemake, write_config
 from synthetic import LEVELS, expected_verdict, row, single
 
 EXP = get("http")
@@ -358,6 +360,143 @@ def test_fixed_port_can_be_reused_right_after_a_run(db):
     for _ in range(2):  # the first run leaves TIME_WAIT connections on the port
         with ServerGroup("asyncio", db, binding.plan("none", 1), port=port) as group:
             assert http_load.run_builtin(group.port, 50, 5, False, 10).ok == 50
+
+
+# --- the database: perfgrid uses only one it created -----------------------------------
+
+
+def users_database(path: Path) -> bytes:
+    """A user's SQLite file like the one the review found altered: a ``counter`` table
+    whose row 1 is 424242 and a ``notes`` table, in rollback (delete) journal mode."""
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE counter (id INTEGER PRIMARY KEY, value INTEGER NOT NULL)")
+    conn.execute("INSERT INTO counter VALUES (1, 424242)")
+    conn.execute("CREATE TABLE notes (text TEXT)")
+    conn.execute("INSERT INTO notes VALUES ('mine')")
+    conn.commit()
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    conn.close()
+    return path.read_bytes()
+
+
+def http_config(tmp_path: Path, database: Path | None) -> dict:
+    """A config of the http experiment alone, results under ``tmp_path`` (host ``h``)."""
+    return {"experiments": ["http"], "results": str(tmp_path / "results"), "host": "h",
+            "http": {"database": None if database is None else str(database)}}
+
+
+def tree_of(folder: Path) -> dict[str, bytes | str]:
+    """Every entry under ``folder``: a file's bytes, or what else it is."""
+    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() and not p.is_symlink()
+            else "link" if p.is_symlink() else "other" for p in sorted(folder.rglob("*"))}
+
+
+@pytest.mark.parametrize("where", ["http.database", "default path"])
+def test_a_users_database_is_refused_before_any_job_and_left_as_it_was(tmp_path, where):
+    database = (tmp_path / "mine.db" if where == "http.database"
+                else tmp_path / "results" / "h" / "data" / "http.sqlite")
+    database.parent.mkdir(parents=True, exist_ok=True)
+    before = users_database(database)
+    listing = tree_of(tmp_path)
+    config = http_config(tmp_path, database if where == "http.database" else None)
+    with pytest.raises(settings.ConfigError) as info:  # the workflow's check, dry runs too
+        settings.validated(config)
+    assert str(info.value).startswith(f"http.database: {database} is an SQLite database "
+                                      f"with application_id 0, not perfgrid's")
+    with pytest.raises(ValueError, match="application_id 0"):  # and the job's own
+        EXP.prepare(point(), {"database": str(database), "requests": "10"})
+    assert database.read_bytes() == before and tree_of(tmp_path) == listing
+
+
+def test_an_empty_file_is_refused_and_stays_empty(tmp_path):
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    with pytest.raises(settings.ConfigError, match=re.escape(
+            f"http.database: {empty} is not an SQLite database (an empty file)")):
+        settings.validated(http_config(tmp_path, empty))
+    with pytest.raises(ValueError, match="not an SQLite database"):
+        sqlite_counter.init_database(empty)
+    assert empty.stat().st_size == 0 and sorted(os.listdir(tmp_path)) == ["empty.db"]
+
+
+def _symlink_to_own(path: Path) -> None:
+    sqlite_counter.init_database(path.with_name("own.db"))
+    path.symlink_to("own.db")
+
+
+def _copy_of_own(path: Path) -> None:
+    own = path.with_name("own.db")
+    sqlite_counter.init_database(own)
+    path.write_bytes(own.read_bytes())  # perfgrid's application_id, another inode
+    sqlite_counter.sidecar_of(path).write_bytes(sqlite_counter.sidecar_of(own).read_bytes())
+
+
+def _own_without_sidecar(path: Path) -> None:
+    sqlite_counter.init_database(path)
+    sqlite_counter.sidecar_of(path).unlink()
+
+
+#: (how the path is set up, what the message says)
+NOT_PERFGRIDS = [
+    (lambda p: p.mkdir(), "is a directory"),
+    (lambda p: os.mkfifo(p), "is a named pipe"),
+    (_symlink_to_own, "is a symbolic link"),
+    (lambda p: p.write_text("notes\n"), "is not an SQLite database (6 bytes)"),
+    (_own_without_sidecar, "has perfgrid's application_id but no perfgrid sidecar"),
+    (_copy_of_own, "is not the file its sidecar"),
+    (lambda p: Path(f"{p}-wal").write_text("mine"), "-wal does, which SQLite would take"),
+    (lambda p: sqlite_counter.sidecar_of(p).write_text("{}"), "is not a perfgrid sidecar"),
+]
+
+
+@pytest.mark.parametrize("make, says", NOT_PERFGRIDS, ids=[s for _, s in NOT_PERFGRIDS])
+def test_anything_perfgrid_did_not_create_is_refused_naming_what_differs(tmp_path, make, says):
+    database = tmp_path / "x.db"
+    make(database)
+    listing = tree_of(tmp_path)
+    with pytest.raises(settings.ConfigError) as info:
+        settings.validated(http_config(tmp_path, database))
+    assert str(info.value).startswith("http.database: ") and says in str(info.value)
+    assert str(database) in str(info.value)
+    with pytest.raises(ValueError, match=re.escape(says)):
+        sqlite_counter.init_database(database)
+    assert tree_of(tmp_path) == listing
+
+
+@pytest.mark.parametrize("where", ["http.database", "default path"])
+def test_perfgrids_own_database_is_used_again_and_reset(tmp_path, where):
+    database = (tmp_path / "db" / "counter.sqlite" if where == "http.database"
+                else tmp_path / "results" / "h" / "data" / "http.sqlite")
+    config = http_config(tmp_path, database if where == "http.database" else None)
+    settings.validated(copy.deepcopy(config))  # nothing there yet: perfgrid will create it
+    assert not database.parent.exists()  # and the check wrote nothing
+    sqlite_counter.init_database(database)  # the first job creates it
+    sidecar = sqlite_counter.sidecar_of(database).read_text()
+    counter = sqlite_counter.Counter(database)
+    try:
+        assert [counter.increment() for _ in range(3)] == [0, 1, 2]
+    finally:
+        counter.close()
+    settings.validated(copy.deepcopy(config))  # a second run accepts it
+    sqlite_counter.init_database(database)  # and resets it
+    assert sqlite_counter.read_counter(database) == 0
+    assert sqlite_counter.check_database(database)
+    assert sqlite_counter.sidecar_of(database).read_text() == sidecar
+    conn = sqlite_counter.connect(database)
+    assert conn.execute("PRAGMA application_id").fetchone()[0] == sqlite_counter.APPLICATION_ID
+    conn.close()
+
+
+@pytest.mark.pipeline
+def test_a_dry_run_refuses_a_users_database(tmp_path):
+    database = tmp_path / "mine.db"
+    before = users_database(database)
+    config = write_config(tmp_path, http_config(tmp_path, database))
+    result = snakemake(tmp_path, "-n", config=config, timeout=120)
+    out = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert f"invalid config: http.database: {database} is an SQLite database" in out, out[-3000:]
+    assert database.read_bytes() == before and not (tmp_path / "results").exists()
 
 
 # --- the grid and the schema ------------------------------------------------------------

@@ -61,7 +61,8 @@ def test_a_taskset_run_uses_cpu_1_only(tmp_path):
     machine = json.loads((root / "machine.json").read_text())
     assert machine["cpus_allowed"] == [1]
     assert machine["restriction"]["restricted"] is (len(machine["topology"]["online"]) > 1)
-    assert machine["auto_workers"] == {"cpus": 1, "counts": [1, 2]}
+    assert machine["auto_workers"] == {"cpus": 1, "counts": [1, 2],
+                                       "set_by": "the affinity mask (CPUs 1)"}
     report = (root / "report.md").read_text()
     assert "| allowed CPUs |" in report
     if machine["restriction"]["restricted"]:

@@ -17,7 +17,8 @@ def test_parse_size(text, size):
     assert testfile.parse_size(text) == size
 
 
-@pytest.mark.parametrize("bad", ["", "1 GiBs", "-1", "1.5GiB", "GiB", 0, True, "0MiB"])
+@pytest.mark.parametrize("bad", ["", "1 GiBs", "-1", "1.5GiB", "GiB", 0, True, "0MiB",
+                                 "8MiB\n", "\n8MiB", "8\u2003MiB"])
 def test_parse_size_rejects(bad):
     with pytest.raises(ValueError, match="testfile.size"):
         testfile.parse_size(bad, "testfile.size")

@@ -60,12 +60,17 @@ def _filesystem(path: str) -> dict[str, Any]:
     }
 
 
-def _auto_workers(allowed: int) -> dict[str, Any]:
+def _auto_workers() -> dict[str, Any]:
     """What ``workers: auto`` stands for in this run: the CPU count the grid was built for
-    (PERFGRID_AUTO_CPUS, which the workflow sets where it parses the config) and its counts."""
-    text = os.environ.get("PERFGRID_AUTO_CPUS", "").strip()
-    cpus = int(text) if text.isdigit() and int(text) >= 1 else allowed
-    return {"cpus": cpus, "counts": binding.auto_workers(cpus)}
+    (PERFGRID_AUTO_CPUS, which the workflow sets where it parses the config), what set it
+    (the affinity mask, a cgroup CPU quota, the variable) and its counts."""
+    from perfgrid import settings
+
+    try:
+        cpus, source = settings.auto_cpu_limit()
+    except settings.ConfigError:  # the workflow refuses a bad variable before any job
+        cpus, source = settings.auto_cpu_limit({})
+    return {"cpus": cpus, "counts": binding.auto_workers(cpus), "set_by": source}
 
 
 def snapshot(testfile: str | None = None) -> dict[str, Any]:
@@ -87,7 +92,7 @@ def snapshot(testfile: str | None = None) -> dict[str, Any]:
         "restriction": topology.restriction(topo),
         "compact_order": binding.compact_order(usable),
         "spread_order": binding.spread_order(usable),
-        "auto_workers": _auto_workers(len(topo.allowed)),
+        "auto_workers": _auto_workers(),
         "cpu_freq_mhz": {"current": freq.current, "min": freq.min, "max": freq.max}
         if freq else None,
         "memory_bytes": mem.total,

@@ -61,7 +61,14 @@ class Layout:
 
     @property
     def bench_lock(self) -> Path:
+        """Serialises the benchmark jobs of one run (perfgrid.bench)."""
         return self.root / ".bench.lock"
+
+    @property
+    def run_lock(self) -> Path:
+        """Held by the one run writing this result set (perfgrid.runlock; hidden: not
+        archived)."""
+        return self.root / ".perfgrid.lock"
 
     def native_binary(self, name: str) -> Path:
         return self.root / "bin" / name
@@ -150,6 +157,11 @@ class Layout:
     def testfile_record(self) -> Path:
         """Identity of the test file generated at the default path (hidden: not archived)."""
         return self.root / "data" / ".testfile.generated.json"
+
+    @property
+    def http_database(self) -> Path:
+        """The http experiment's SQLite counter when ``http.database`` is not set."""
+        return self.root / "data" / "http.sqlite"
 
     def table(self, experiment: str) -> Path:
         return self.root / "tables" / f"{experiment}.csv"

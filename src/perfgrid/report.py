@@ -373,8 +373,9 @@ def topology_table(machine: dict[str, Any]) -> tuple[str, pd.DataFrame]:
         text += f"This run could use every online CPU ({len(topo['online'])})."
     auto = machine.get("auto_workers")
     if isinstance(auto, dict):
+        set_by = f", set by {auto['set_by']}" if auto.get("set_by") else ""
         text += (f" workers: auto stood for {', '.join(map(str, auto['counts']))} (built for "
-                 f"{auto['cpus']} CPU(s); a ring's from 2).")
+                 f"{auto['cpus']} CPU(s){set_by}; a ring's from 2).")
     return text, pd.DataFrame(rows)
 
 

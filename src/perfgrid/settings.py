@@ -4,10 +4,11 @@ The JSON schema (``workflow/schemas/``) checks types, ranges and names; this
 module checks what a schema cannot (whole floats where integers belong, NaN
 and infinities, patterns that must match the whole string, sizes in
 strings, paths that would clobber the repository or collide with the
-pipeline's own folders, a file already at the test file's path, free disk
-space) and fills in derived values. Every error names the config key and
-what is allowed, is raised before any job runs, and writes nothing: not
-even a folder, so a dry run leaves the disk as it found it.
+pipeline's own folders, a file already at the test file's or the http
+database's path that perfgrid did not create, free disk space) and fills
+in derived values. Every error names the config key and what is allowed,
+is raised before any job runs, and writes nothing: not even a folder, so a
+dry run leaves the disk as it found it.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ import math
 import os
 import re
 import socket
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from perfgrid import binding, experiments, order, testfile
+from perfgrid import binding, experiments, order, testfile, topology
 from perfgrid.paths import REPO, RESERVED_NAMES, SOURCE_DIRS, Layout
 
 #: pyperf's own options among the measure keys
@@ -33,8 +34,11 @@ MAX_VALUES = 20_000
 MAX_DEPTH = 24
 #: error messages longer than this are cut (a value's repr can be megabytes)
 MAX_MESSAGE = 2_000
-#: the CPU count ``workers: auto`` is built for, where set (see :func:`auto_cpus`)
+#: the CPU count ``workers: auto`` is built for, where set (see :func:`auto_cpu_limit`)
 AUTO_CPUS_ENV = "PERFGRID_AUTO_CPUS"
+#: what set that count (the affinity mask, a cgroup CPU quota, the variable), for the report
+AUTO_CPUS_SOURCE_ENV = "PERFGRID_AUTO_CPUS_SOURCE"
+MAX_AUTO_CPUS = 2048
 
 
 class ConfigError(ValueError):
@@ -227,18 +231,50 @@ def validated(config: dict[str, Any], check_disk: bool = True) -> dict[str, Any]
     return effective(config, check_disk)
 
 
+def auto_cpu_limit(environ: Mapping[str, str] | None = None,
+                   allowed: Iterable[int] | None = None,
+                   proc: Path = Path("/proc/self/cgroup"),
+                   cgroup_root: Path = Path("/sys/fs/cgroup")) -> tuple[int, str]:
+    """The CPU count ``workers: auto`` is built for, and what set it.
+
+    ``PERFGRID_AUTO_CPUS`` where set: a cluster run builds its grid on the login node,
+    not where the jobs run, and the workflow sets it (and ``PERFGRID_AUTO_CPUS_SOURCE``)
+    for its jobs. Else the smaller of the CPUs this process may use (the affinity mask,
+    so taskset, a cpuset cgroup or a SLURM allocation count, never ``os.cpu_count()``)
+    and a cgroup CPU quota rounded up (:func:`topology.cgroup_cpu_quota`). ``allowed``,
+    ``proc`` and ``cgroup_root`` stand in for the mask and the cgroup files in tests.
+    """
+    environ = os.environ if environ is None else environ
+    text = environ.get(AUTO_CPUS_ENV, "").strip(" \t\r\n")
+    if text:
+        # ASCII digits only: str.isdigit() also takes '²' (int() refuses it) and '٣' (3)
+        if not re.fullmatch(r"[0-9]+", text) or not 1 <= int(text) <= MAX_AUTO_CPUS:
+            raise ConfigError(brief(f"{AUTO_CPUS_ENV}={text!r} (the CPU count of workers: "
+                                    f"auto); allowed: a whole number from 1 to "
+                                    f"{MAX_AUTO_CPUS} in the digits 0-9, or unset", 300))
+        return int(text), brief(environ.get(AUTO_CPUS_SOURCE_ENV, "").strip()
+                                or f"the {AUTO_CPUS_ENV} variable", 300)
+    cpus = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
+    count, source = len(cpus), f"the affinity mask (CPUs {topology.format_cpu_list(cpus)})"
+    quota = topology.cgroup_cpu_quota(proc, cgroup_root)
+    if quota is not None and quota[0] < count:
+        count, source = quota[0], f"the cgroup CPU quota ({quota[1]})"
+    return count, source
+
+
 def auto_cpus() -> int:
-    """The CPU count ``workers: auto`` is built for: ``PERFGRID_AUTO_CPUS`` where set (a
-    cluster run builds its grid on the login node, not where the jobs run), else the
-    CPUs this process may use (``os.sched_getaffinity``, so taskset, a cpuset cgroup or a
-    SLURM allocation count, never ``os.cpu_count()``)."""
-    text = os.environ.get(AUTO_CPUS_ENV, "").strip()
-    if not text:
-        return len(os.sched_getaffinity(0))
-    if not text.isdigit() or not 1 <= int(text) <= 2048:
-        raise ConfigError(f"{AUTO_CPUS_ENV}={text!r} (the CPU count of workers: auto); "
-                          f"allowed: a whole number from 1 to 2048, or unset")
-    return int(text)
+    """The CPU count ``workers: auto`` is built for (:func:`auto_cpu_limit`)."""
+    return auto_cpu_limit()[0]
+
+
+def export_auto_cpus(environ: MutableMapping[str, str] | None = None) -> int:
+    """Put the CPU count of ``workers: auto`` and what set it into ``environ``: a job that
+    parses the workflow again (on a cluster node) builds the same grid, and machine.json
+    says what set the count. Returns the count; raises ConfigError for a bad variable."""
+    environ = os.environ if environ is None else environ
+    cpus, source = auto_cpu_limit(environ)
+    environ[AUTO_CPUS_ENV], environ[AUTO_CPUS_SOURCE_ENV] = str(cpus), source
+    return cpus
 
 
 def resolve_auto(config: dict[str, Any]) -> dict[str, list[int]]:
@@ -278,8 +314,9 @@ def resolve_auto(config: dict[str, Any]) -> dict[str, list[int]]:
 def effective(config: dict[str, Any], check_disk: bool = True) -> dict[str, Any]:
     """The config with derived values filled in; raises ConfigError, writes nothing.
 
-    ``check_disk`` also looks at the disk: the file already at the test file's path,
-    free space, a writable results folder. A job that works the grid out again (rule
+    ``check_disk`` also looks at the disk: the file already at the test file's path (and
+    at any other path a job writes, ``Experiment.check_files``), free space, a writable
+    results folder. A job that works the grid out again (rule
     skipped, while the testfile job may be writing the file) passes False.
     """
     check_shape(config)
@@ -322,6 +359,11 @@ def effective(config: dict[str, Any], check_disk: bool = True) -> dict[str, Any]
             testfile.check_free_space(tf["path"], tf["size_bytes"])
         except ValueError as err:
             raise ConfigError(str(err)) from None
+    for name in cfg["experiments"] if check_disk else ():
+        try:  # a file at a path its jobs write that perfgrid did not create (http.database)
+            experiments.get(name).check_files(cfg.get(name) or {}, layout)
+        except ValueError as err:
+            raise ConfigError(brief(str(err))) from None
 
     for name in cfg["experiments"]:
         section = cfg.setdefault(name, {})

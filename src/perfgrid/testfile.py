@@ -35,7 +35,8 @@ from perfgrid.atomic import write_json
 CHUNK = 64 << 20
 _UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
           "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
-SIZE_PATTERN = r"^\s*[0-9]+\s*(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)?\s*$"
+#: spaces only, not ``\s``: that would let a newline, a tab or a Unicode space through
+SIZE_PATTERN = r"^ *[0-9]+ *(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)? *$"
 #: the smallest test file: one page, so that every block size and cache check makes sense
 MIN_SIZE = 4096
 #: keys of perfgrid's sidecar; a JSON file without them is not perfgrid's
@@ -55,7 +56,7 @@ def parse_size(value: int | str, key: str = "size") -> int:
                 f"{key}: {value!r} is not a size; use bytes or a number with one of "
                 f"{', '.join(u for u in _UNITS if u)}"
             )
-        size = int(re.match(r"\s*([0-9]+)", str(value)).group(1)) * _UNITS[match.group(1) or ""]
+        size = int(re.match(r" *([0-9]+)", str(value)).group(1)) * _UNITS[match.group(1) or ""]
     if size <= 0:
         raise ValueError(f"{key}: must be positive, got {value!r}")
     return size
@@ -114,7 +115,8 @@ def read_facts(sidecar: str | os.PathLike[str]) -> dict[str, Any] | None:
     return facts
 
 
-def _kind(mode: int) -> str:
+def kind_of(mode: int) -> str:
+    """``a directory``, ``a named pipe``, ...: what a path that is no regular file is."""
     for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"),
                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                        (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket")):
@@ -144,7 +146,7 @@ def check_existing(path: str | os.PathLike[str], size: int, seed: int | None,
                              f"{leave}") from None
         return None
     if not stat.S_ISREG(info.st_mode):
-        raise ValueError(f"{key}: {path} is {_kind(info.st_mode)}; the test file must be a "
+        raise ValueError(f"{key}: {path} is {kind_of(info.st_mode)}; the test file must be a "
                          f"regular file that perfgrid generated. {leave}")
     facts = read_facts(sidecar)
     if facts is None:
@@ -179,19 +181,19 @@ def verify(path: str | os.PathLike[str], facts: dict[str, Any],
                          f"perfgrid leaves it as it is")
 
 
-def _link_new(tmp: Path, target: Path) -> None:
+def link_new(tmp: Path, target: Path, what: str = "the test file was generated") -> None:
     """Put ``tmp`` at ``target`` only if nothing is there (never replaces a file)."""
     try:
         os.link(tmp, target)
     except FileExistsError:
-        raise ValueError(f"{target} appeared while the test file was generated; perfgrid "
-                         f"leaves it as it is") from None
+        raise ValueError(f"{target} appeared while {what}; perfgrid leaves it as it "
+                         f"is") from None
     except OSError as err:
         if err.errno not in (errno.EPERM, errno.ENOTSUP, errno.EXDEV, errno.EMLINK):
             raise
         if os.path.lexists(target):  # no hard links here: check, then rename
-            raise ValueError(f"{target} appeared while the test file was generated; "
-                             f"perfgrid leaves it as it is") from None
+            raise ValueError(f"{target} appeared while {what}; perfgrid leaves it as it "
+                             f"is") from None
         os.rename(tmp, target)
 
 
@@ -221,7 +223,7 @@ def generate(path: str | os.PathLike[str], size: int, seed: int | None) -> dict[
             out.flush()
             elapsed = time.perf_counter() - started
             os.fsync(out.fileno())
-        _link_new(tmp, target)
+        link_new(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
     return {

@@ -279,6 +279,61 @@ def restriction(topo: Topology, environ: dict[str, str] | None = None,
             "allowed_list": format_cpu_list(topo.allowed), "by": why if restricted else []}
 
 
+def cgroup_cpu_quota(proc: Path = Path("/proc/self/cgroup"),
+                     root: Path = Path("/sys/fs/cgroup")) -> tuple[int, str] | None:
+    """The CPUs a CPU bandwidth quota lets this process's cgroup use, rounded up, and where
+    it is set; None where there is none.
+
+    A container given 2 CPUs of 16 by a quota still has all 16 in its affinity mask, and 16
+    workers there run 2 at a time. The quota is cgroup v2's ``cpu.max`` (``200000 100000``:
+    2 CPUs; ``max 100000``: none) or v1's ``cpu.cfs_quota_us`` over ``cpu.cfs_period_us``,
+    of the cgroup or any ancestor (the smallest counts).
+    """
+    text = _read(proc)
+    if not text:
+        return None
+    best: tuple[int, str] | None = None
+    for line in text.splitlines():
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        parts = [p for p in path.strip().split("/") if p]
+        if ".." in parts:  # outside this cgroup namespace: only its root is visible
+            parts = []
+        if controllers == "":  # cgroup v2
+            base, reader = root, _cpu_max
+        elif "cpu" in controllers.split(","):  # v1, mounted as cpu,cpuacct or cpu
+            base = root / controllers if (root / controllers).is_dir() else root / "cpu"
+            reader = _cfs_quota
+        else:
+            continue
+        for depth in range(len(parts), -1, -1):
+            found = reader(base.joinpath(*parts[:depth]))
+            if found is not None and (best is None or found[0] < best[0]):
+                best = found
+    return best
+
+
+def _quota_cpus(quota: str | None, period: str | None) -> int | None:
+    """ceil(quota / period) from the two numbers' text; None for no quota (max, -1)."""
+    if not (quota and period and re.fullmatch(r"[0-9]+", quota)
+            and re.fullmatch(r"[0-9]+", period) and int(period) > 0):
+        return None
+    return max(1, -(-int(quota) // int(period)))
+
+
+def _cpu_max(folder: Path) -> tuple[int, str] | None:
+    text = _read(folder / "cpu.max") or ""
+    quota, _, period = text.partition(" ")
+    cpus = _quota_cpus(quota, period)
+    return None if cpus is None else (cpus, f"{folder / 'cpu.max'}: {text}")
+
+
+def _cfs_quota(folder: Path) -> tuple[int, str] | None:
+    quota, period = _read(folder / "cpu.cfs_quota_us"), _read(folder / "cpu.cfs_period_us")
+    cpus = _quota_cpus(quota, period)
+    return None if cpus is None else (
+        cpus, f"{folder / 'cpu.cfs_quota_us'}: {quota} us per {period} us")
+
+
 def _cgroup_cpuset(proc: Path, root: Path) -> list[int] | None:
     """The CPUs of this process's cpuset cgroup (v2 or v1), or None if unreadable."""
     text = _read(proc)

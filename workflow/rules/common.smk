@@ -20,8 +20,9 @@ gc.freeze()
 # express: one short message naming the key, before any job, and nothing written.
 try:
     # workers: auto counts the CPUs where the workflow is parsed; a cluster job parses it
-    # again on its node, so the count goes with it (envvars) and every job sees one grid
-    os.environ.setdefault(settings.AUTO_CPUS_ENV, str(settings.auto_cpus()))
+    # again on its node, so the count (and what set it) goes with it (envvars) and every
+    # job sees one grid
+    settings.export_auto_cpus(os.environ)
     SETTINGS = settings.validated(config)
 except settings.ConfigError as err:
     raise WorkflowError(settings.brief(f"invalid config: {err}")) from None
@@ -29,6 +30,7 @@ except settings.ConfigError as err:
 envvars:
     "PATH",
     settings.AUTO_CPUS_ENV,
+    settings.AUTO_CPUS_SOURCE_ENV,
 
 
 # Jobs run `python` and import perfgrid from this checkout: the interpreter
@@ -66,9 +68,15 @@ onstart:
     from perfgrid.atomic import write_json
     from snakemake import __version__ as snakemake_version
 
-    from perfgrid import noise
+    from perfgrid import noise, runlock
     from perfgrid.progress import start_reporter
 
+    # one run at a time on a result set, whichever working directory it runs from (first:
+    # a second run must not even write run.json); onstart is skipped by dry runs
+    try:
+        runlock.acquire(LAYOUT.run_lock, sys.argv)
+    except runlock.Held as err:
+        raise WorkflowError(str(err)) from None
     # Snakemake's rate limiter would wake it ever more often beside the measurement
     quiet = workflow.local_exec and noise.quiet_scheduler(workflow.scheduler)
     write_json(LAYOUT.run_record, {"argv": sys.argv, "started": time.time(),
@@ -79,9 +87,16 @@ onstart:
 
 
 onsuccess:
-    from perfgrid import testfile
+    from perfgrid import runlock, testfile
 
     testfile.remove_generated(LAYOUT.testfile_record, since=STARTED)
+    runlock.release(LAYOUT.run_lock)
+
+
+onerror:
+    from perfgrid import runlock
+
+    runlock.release(LAYOUT.run_lock)
 
 
 # names shared by every rule; each experiment's own axes: axis_constraints below

@@ -149,6 +149,11 @@ class Experiment:
         """
         return {}
 
+    def check_files(self, section: dict[str, Any], layout: Layout) -> None:
+        """Raise ValueError, naming the key, for anything already at a path its jobs would
+        write that perfgrid did not create (http's database). Runs before any job, dry
+        runs included, so it must be cheap and write nothing."""
+
     def runtime(self, point: Point) -> str:
         """``python``, ``native`` or ``erlang``: what runs the point."""
         if point["variant"] in self.erlang_variants:

@@ -37,7 +37,12 @@ from perfgrid import binding, erlang
 from perfgrid.eventloops import uvloop_missing
 from perfgrid.experiments.base import Case, Experiment, Metadata, Point
 from perfgrid.experiments.http import load
-from perfgrid.experiments.http.counter import BUSY_TIMEOUT_MS, init_database, read_counter
+from perfgrid.experiments.http.counter import (
+    BUSY_TIMEOUT_MS,
+    check_database,
+    init_database,
+    read_counter,
+)
 from perfgrid.experiments.http.server import BACKLOG, somaxconn
 from perfgrid.experiments.http.server import SERVERS as PYTHON_SERVERS
 from perfgrid.experiments.http.supervisor import ServerGroup
@@ -180,8 +185,17 @@ class Http(Experiment):
 
     def job_options(self, point: Point, section: dict[str, Any], config: dict[str, Any],
                     layout: Layout) -> dict[str, str]:
-        database = section.get("database") or str(layout.root / "data" / "http.sqlite")
-        return self.options(section, point, database)
+        return self.options(section, point, self.database(section, layout))
+
+    @staticmethod
+    def database(section: dict[str, Any], layout: Layout) -> str:
+        """The SQLite file of the counter: ``http.database``, else the result set's."""
+        return section.get("database") or str(layout.http_database)
+
+    def check_files(self, section: dict[str, Any], layout: Layout) -> None:
+        """Only a database perfgrid created may be at ``http.database`` (the counter is
+        reset before every load): :func:`.counter.check_database`."""
+        check_database(self.database(section, layout))
 
     def uncountable(self, point: Point) -> str | None:
         if point["client"] == "openloop":
