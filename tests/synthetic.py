@@ -3,15 +3,22 @@
 A row's ``process_values`` hold per-loop times whose mean gives ``rate``
 (``work_per_loop`` 1), with a chosen spread inside and between processes, so
 claims see the same columns as in a real table and get real intervals.
+:func:`result_folder` writes a whole result set: raw pyperf files and their table.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyperf
+
+from perfgrid import aggregate
+from perfgrid.experiments import get
+from perfgrid.paths import Layout
 
 #: a claim's compared value as a multiple of its threshold: below it, on it, above it
 LEVELS = {"below": 0.8, "at": 1.0, "above": 1.25}
@@ -66,3 +73,37 @@ def per_process(processes: int = 4, cv: float = 0.01, seed: int = 0,
         for process, value in zip(out, noise / noise.mean() * mean, strict=True):
             process[key] = float(value)
     return out
+
+
+#: the points of :func:`result_folder`: (file_read variant, processes, values per process)
+TWO_POINTS = (("read", 4, 3), ("dd", 1, 1))
+
+
+def result_folder(root: Path, host: str, speed: float,
+                  points: tuple[tuple[str, int, int], ...] = TWO_POINTS) -> Path:
+    """results/<host> under ``root`` with raw pyperf files and the file_read table built
+    from them, as the pipeline writes them: by default two points, ``read`` in 4
+    processes of 3 values at ``speed`` times a base rate, ``dd`` measured once (not
+    testable in a comparison)."""
+    layout = Layout.for_host(host, "results")
+    rng = np.random.default_rng(len(host))
+    paths = []
+    for variant, processes, values in points:
+        pt = {"variant": variant, "cache": "warm", "binding": "none", "workers": 1,
+              "block_size": 65536}
+        path = root / layout.raw_result("file_read", pt, get("file_read").axes)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        meta = {"name": "x", "loops": 1, "perfgrid_experiment": "file_read",
+                "perfgrid_point": json.dumps(pt, sort_keys=True),
+                "perfgrid_runtime": get("file_read").runtime(pt),
+                "perfgrid_work_per_loop": 1 << 20,
+                **{f"perfgrid_{k}": v for k, v in pt.items()}}
+        runs = [pyperf.Run(list(0.01 / speed * np.exp(rng.normal(0, 0.01, values))),
+                           metadata=meta, collect_metadata=False) for _ in range(processes)]
+        pyperf.Benchmark(runs).dump(str(path))
+        paths.append(path)
+    folder = root / "results" / host
+    (folder / "tables").mkdir(parents=True)
+    aggregate.build_table("file_read", paths).to_csv(folder / "tables" / "file_read.csv",
+                                                     index=False)
+    return folder

@@ -371,17 +371,50 @@ def test_compare_never_opens_a_result_file_outside_its_inputs(tmp_path, monkeypa
 
 
 def test_create_writes_what_verify_accepts_even_with_links(tmp_path):
-    """A result set with hardlinked and symlinked files archives as plain file contents."""
+    """A result set with hardlinked files archives as plain file contents."""
     root = tmp_path / "results" / "h"
     (root / "raw").mkdir(parents=True)
-    (root / "tables").mkdir()
     (root / "raw/a.json").write_text('{"a": 1}\n')
     os.link(root / "raw/a.json", root / "raw/b.json")
-    (root / "tables/latest.json").symlink_to(root / "raw/a.json")
     made = archive.create(root, tmp_path / "out" / "perfgrid-h-test.tar.gz")
     assert archive.verify(made) == []
     top = archive.extract(made, tmp_path / "x")
-    for name in ("raw/a.json", "raw/b.json", "tables/latest.json"):
+    for name in ("raw/a.json", "raw/b.json"):
         path = top / "results/h" / name
         assert path.is_file() and not path.is_symlink() and path.stat().st_nlink == 1
         assert path.read_text() == '{"a": 1}\n'
+    assert not (top / archive.LEFT_OUT).exists()
+
+
+def test_create_never_follows_a_symlink_and_names_what_it_left_out(tmp_path, capsys):
+    """Symlinks (to a file or a folder outside, or inside) and a FIFO are left out, printed
+    and listed in LEFT_OUT.txt: no byte from outside the result set reaches the tarball."""
+    secret = tmp_path / "private"
+    (secret / "keys").mkdir(parents=True)
+    (secret / "id.txt").write_text("SECRET-BYTES-1\n")
+    (secret / "keys/key.txt").write_text("SECRET-BYTES-2\n")
+    root = tmp_path / "results" / "h"
+    (root / "tables").mkdir(parents=True)
+    (root / "tables/file_read.csv").write_text("variant,rate\nread,1.5\n")
+    (root / "tables/outside.csv").symlink_to(secret / "id.txt")
+    (root / "tables/inside.csv").symlink_to(root / "tables/file_read.csv")
+    (root / "keys").symlink_to(secret / "keys")
+    os.mkfifo(root / "tables/pipe")
+    made = archive.create(root, tmp_path / "out" / "perfgrid-h-test.tar.gz")
+
+    assert b"SECRET-BYTES" not in gzip.decompress(made.read_bytes())
+    with tarfile.open(made) as tar:
+        members = tar.getmembers()
+    assert all(m.isfile() or m.isdir() for m in members)
+    names = {m.name.split("/", 1)[1] for m in members}
+    assert "results/h/tables/file_read.csv" in names
+    assert not names & {"results/h/tables/outside.csv", "results/h/tables/inside.csv",
+                        "results/h/keys", "results/h/keys/key.txt", "results/h/tables/pipe"}
+    expected = ["results/h/keys (symlink)", "results/h/tables/inside.csv (symlink)",
+                "results/h/tables/outside.csv (symlink)", "results/h/tables/pipe (FIFO)"]
+    printed = [line.removeprefix("archive: left out ")
+               for line in capsys.readouterr().out.splitlines()]
+    assert sorted(printed) == expected
+    assert archive.verify(made) == []  # the list is in the manifest like any member
+    top = archive.extract(made, tmp_path / "x")
+    assert sorted((top / archive.LEFT_OUT).read_text().splitlines()) == expected

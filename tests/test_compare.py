@@ -7,12 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyperf
 import pytest
 
-from perfgrid import aggregate, cli, compare
-from perfgrid.experiments import get
-from perfgrid.paths import Layout
+from perfgrid import cli, compare
+
+from synthetic import result_folder
 
 
 def _groups(rng: np.random.Generator, mean: float, processes: int, values: int = 3,
@@ -64,36 +63,9 @@ def test_a_a_noise_floor_flags_about_q_or_less() -> None:
 
 
 # -- compare end to end on two hand-made result folders ---------------------------------
-def _result_folder(root: Path, host: str, speed: float) -> Path:
-    """results/<host> with a file_read table of two points: ``read`` in 4 processes of 3
-    values at ``speed`` times a base rate, ``dd`` measured once (not testable)."""
-    layout = Layout.for_host(host, "results")
-    rng = np.random.default_rng(len(host))
-    paths = []
-    for variant, processes, values in (("read", 4, 3), ("dd", 1, 1)):
-        pt = {"variant": variant, "cache": "warm", "binding": "none", "workers": 1,
-              "block_size": 65536}
-        path = root / layout.raw_result("file_read", pt, get("file_read").axes)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        meta = {"name": "x", "loops": 1, "perfgrid_experiment": "file_read",
-                "perfgrid_point": json.dumps(pt, sort_keys=True),
-                "perfgrid_runtime": get("file_read").runtime(pt),
-                "perfgrid_work_per_loop": 1 << 20,
-                **{f"perfgrid_{k}": v for k, v in pt.items()}}
-        runs = [pyperf.Run(list(0.01 / speed * np.exp(rng.normal(0, 0.01, values))),
-                           metadata=meta, collect_metadata=False) for _ in range(processes)]
-        pyperf.Benchmark(runs).dump(str(path))
-        paths.append(path)
-    folder = root / "results" / host
-    (folder / "tables").mkdir(parents=True)
-    aggregate.build_table("file_read", paths).to_csv(folder / "tables" / "file_read.csv",
-                                                     index=False)
-    return folder
-
-
 def test_compare_marks_a_real_difference_significant_and_one_value_not_testable(tmp_path):
-    a = _result_folder(tmp_path, "hosta", 1.0)
-    b = _result_folder(tmp_path, "hostb", 2.0)
+    a = result_folder(tmp_path, "hosta", 1.0)
+    b = result_folder(tmp_path, "hostb", 2.0)
     out = compare.compare(str(a), str(b), tmp_path / "cmp")
     table = out["tables"]["file_read"].set_index("variant")
     assert table.loc["read", "significance"] == "significant"
@@ -124,7 +96,7 @@ def test_a_result_file_outside_raw_is_an_error_naming_it(tmp_path, recorded):
 def test_summary_command_finds_every_host_with_a_table(tmp_path):
     """``perfgrid summary RESULTS`` (rule compare) looks the hosts up itself."""
     for host, speed in (("hosta", 1.0), ("hostb", 2.0)):
-        _result_folder(tmp_path, host, speed)
+        result_folder(tmp_path, host, speed)
     (tmp_path / "results" / "archive").mkdir()  # no table: not a host
     assert [p.name for p in compare.hosts_with_tables(tmp_path / "results")] == ["hosta", "hostb"]
     cli.main(["summary", str(tmp_path / "results"), "--out-md", str(tmp_path / "s.md"),
@@ -135,7 +107,7 @@ def test_summary_command_finds_every_host_with_a_table(tmp_path):
 
 
 def test_summary_puts_every_host_side_by_side(tmp_path):
-    roots = [str(_result_folder(tmp_path, host, speed))
+    roots = [str(result_folder(tmp_path, host, speed))
              for host, speed in (("hosta", 1.0), ("hostb", 2.0))]
     compare.summary(roots, str(tmp_path / "s.md"), str(tmp_path / "s.html"))
     text = (tmp_path / "s.md").read_text()
@@ -146,3 +118,162 @@ def test_summary_puts_every_host_side_by_side(tmp_path):
     a, b = (float(cell) for cell in rows[0].strip(" |").split(" | ")[-2:])
     assert b / a == pytest.approx(2.0, rel=0.05)
     assert "<h2>file_read</h2>" in (tmp_path / "s.html").read_text()
+
+
+# -- hostile labels and tables --------------------------------------------------------
+HOSTILE = "<img src=x onerror=alert(1)>"
+MATHTEXT = "C$\\frac{$"  # two dollars: mathtext would parse "\frac{" and raise
+
+
+def test_hostile_folder_names_are_text_in_the_page_and_the_plot(tmp_path):
+    a = result_folder(tmp_path, f"<folder named {HOSTILE}>", 1.0)
+    b = result_folder(tmp_path, MATHTEXT, 2.0)
+    compare.compare(str(a), str(b), tmp_path / "cmp")
+    page = (tmp_path / "cmp" / "compare.html").read_text()
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert "<img" not in page and "<folder" not in page
+    assert f"<h1>perfgrid comparison: {MATHTEXT} over &lt;folder named &lt;img" in page
+    for ext in ("png", "svg", "pdf"):
+        assert (tmp_path / "cmp" / f"file_read_ratio.{ext}").stat().st_size > 0
+    compare.summary([a, b], str(tmp_path / "s.md"), str(tmp_path / "s.html"))
+    page = (tmp_path / "s.html").read_text()
+    assert "&lt;img src=x" in page and "<img" not in page
+
+
+@pytest.mark.parametrize("label", [MATHTEXT, "$x$", "a\\$b", "100 $ and \\alpha"])
+def test_literal_labels_are_drawn_as_written(label):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib import cbook
+
+    from perfgrid.analysis import literal
+
+    assert not cbook.is_math_text(literal(label))
+    fig, ax = plt.subplots()
+    text = ax.set_xlabel(literal(label))
+    fig.canvas.draw()  # mathtext would raise here on MATHTEXT
+    assert text._preprocess_math(text.get_text()) == (label, False)
+    plt.close(fig)
+
+
+def _edit(folder: Path, change) -> Path:
+    """Rewrite ``folder``'s file_read table through ``change`` (a DataFrame -> DataFrame)."""
+    path = folder / "tables" / "file_read.csv"
+    change(pd.read_csv(path)).to_csv(path, index=False)
+    return path
+
+
+def _refused(capsys, a: Path, b: Path, out: Path) -> str:
+    """The one line ``perfgrid compare`` prints when it refuses; nothing written."""
+    with pytest.raises(SystemExit) as done:
+        cli.main(["compare", str(a), str(b), "--out", str(out)])
+    assert done.value.code == 1
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("perfgrid compare: "), err
+    assert "Traceback" not in err
+    assert not (out / "compare.md").exists() and not (out / "compare.html").exists()
+    return err
+
+
+def _scaled(table: pd.DataFrame, factor: float, raw_too: bool) -> pd.DataFrame:
+    """The rate times ``factor``; with ``raw_too`` the row's process_values divided to match,
+    so the table agrees with itself and only the raw files tell."""
+    table["rate"] *= factor
+    if raw_too:
+        table["process_values"] = [json.dumps([[v / factor for v in g] for g in json.loads(r)])
+                                   for r in table["process_values"]]
+    return table
+
+
+@pytest.mark.parametrize("raw_too", [False, True], ids=["rate", "rate-and-process-values"])
+def test_a_table_whose_rate_is_not_its_raw_values_is_refused(tmp_path, capsys, raw_too):
+    """The issue's case: rate times 10 gave "ratio 10.23, interval 0.669-1.528"."""
+    a = result_folder(tmp_path, "hosta", 1.0)
+    b = result_folder(tmp_path, "hostb", 1.0)
+    table = _edit(b, lambda t: _scaled(t, 10, raw_too))
+    point = "variant=dd, cache=warm, binding=none, workers=1, block_size=65536, runtime="
+    with pytest.raises(ValueError, match="not the .* its raw values give") as refused:
+        compare.compare(str(a), str(b), tmp_path / "cmp")
+    assert str(refused.value).startswith(f"{table}: point {point}")
+    assert f"{table}: point {point}" in _refused(capsys, a, b, tmp_path / "cmp")
+
+
+def test_compare_takes_rate_and_interval_from_the_same_raw_values(tmp_path):
+    a = result_folder(tmp_path, "hosta", 1.0)
+    b = result_folder(tmp_path, "hostb", 2.0)
+    row = compare.compare(str(a), str(b), tmp_path / "cmp")["tables"]["file_read"].iloc[-1]
+    assert row["ratio_ci_low"] <= row["ratio_b_over_a"] <= row["ratio_ci_high"]
+    assert row["ratio_b_over_a"] == pytest.approx(row["rate_b"] / row["rate_a"])
+
+
+@pytest.mark.parametrize("dropped", [["result_file"], ["rate", "rate_unit"], ["variant"]])
+def test_a_table_missing_columns_is_refused_naming_them(tmp_path, capsys, dropped):
+    a = result_folder(tmp_path, "hosta", 1.0)
+    b = result_folder(tmp_path, "hostb", 1.0)
+    table = _edit(a, lambda t: t.drop(columns=dropped))
+    err = _refused(capsys, a, b, tmp_path / "cmp")
+    assert f"{table}: missing column(s) {', '.join(dropped)}" in err
+
+
+def test_a_table_without_cv_is_compared(tmp_path):
+    """cv, whose absence raised a KeyError, is not a column compare needs."""
+    a = result_folder(tmp_path, "hosta", 1.0)
+    b = result_folder(tmp_path, "hostb", 2.0)
+    _edit(b, lambda t: t.drop(columns=["cv"]))
+    assert compare.compare(str(a), str(b), tmp_path / "cmp")["testable"] == 1
+
+
+def test_a_point_listed_twice_is_refused_naming_it(tmp_path, capsys):
+    a = result_folder(tmp_path, "hosta", 1.0)
+    b = result_folder(tmp_path, "hostb", 1.0)
+    table = _edit(b, lambda t: pd.concat([t, t.iloc[[1]]]))
+    err = _refused(capsys, a, b, tmp_path / "cmp")
+    assert (f"{table}: the point variant=read, cache=warm, binding=none, workers=1, "
+            f"block_size=65536, runtime=python is listed more than once") in err
+
+
+# -- perfgrid aa -------------------------------------------------------------------------
+def _aa(tmp_path, monkeypatch, points, fail: str = "") -> list[str]:
+    """``perfgrid aa`` with Snakemake replaced: each run writes a result set of ``points``
+    (:func:`result_folder`), or exits 2 for the side named in ``fail``."""
+    import subprocess
+
+    sides = []
+
+    def snakemake(cmd, check):
+        host = next(a for a in cmd if a.startswith("host=")).removeprefix("host=")
+        sides.append(host)
+        if host.endswith(f"-{fail}"):
+            return subprocess.CompletedProcess(cmd, 2)
+        result_folder(tmp_path, host, 1.0, points)
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(subprocess, "run", snakemake)
+    cli.main(["aa", "--label", "t", "--results", str(tmp_path / "results")])
+    return sides
+
+
+def test_aa_reports_the_share_of_testable_points(tmp_path, monkeypatch, capsys):
+    _aa(tmp_path, monkeypatch, (("read", 4, 3), ("dd", 1, 1)))
+    out = capsys.readouterr().out
+    # both sides drew the same values (result_folder seeds by the host name's length)
+    assert "A/A: 0 of 1 testable points (0.0%) significant" in out, out
+    assert (tmp_path / "results" / "compare" / "aa-t" / "compare.html").exists()
+
+
+def test_aa_without_a_testable_point_says_so_and_fails(tmp_path, monkeypatch, capsys):
+    with pytest.raises(SystemExit) as done:
+        _aa(tmp_path, monkeypatch, (("dd", 1, 1), ("read", 1, 1)))
+    message = str(done.value.code)
+    assert message.startswith("perfgrid aa: no testable points: each of the 2 points "
+                              "compared has a side with one value"), message
+    assert "nan" not in message + capsys.readouterr().out
+
+
+def test_aa_stops_when_a_run_fails(tmp_path, monkeypatch):
+    with pytest.raises(SystemExit) as done:
+        _aa(tmp_path, monkeypatch, (("read", 4, 3),), fail="b")
+    assert done.value.code == "perfgrid aa: run b failed (snakemake exit 2); nothing compared"
+    assert not (tmp_path / "results" / "compare").exists()

@@ -92,3 +92,40 @@ def test_markdown_cells_cannot_break_the_table(value, cell):
 
 def test_an_empty_markdown_table_says_so():
     assert report.md_table(pd.DataFrame()) == "_(no rows)_\n"
+
+
+# -- hostile result sets ---------------------------------------------------------------
+HOSTILE = "<img src=x onerror=alert(1)>"
+MACHINE = {"cpu_model": f"<script>alert(2)</script>{HOSTILE}", "cpus_logical": 2,
+           "cpus_physical": 1, "memory_bytes": 2**30, "kernel": "6.1", "python": "3.11"}
+
+
+def _result_set(tmp_path, host: str):
+    import json
+
+    from synthetic import result_folder
+
+    root = result_folder(tmp_path, host, 1.0)
+    (root / "machine.json").write_text(json.dumps(MACHINE))
+    (root / "config.used.yaml").write_text(f"host: '{HOSTILE}'\n")
+    return root
+
+
+def test_the_html_report_shows_hostile_names_as_text(tmp_path):
+    root = _result_set(tmp_path, f"<folder named {HOSTILE}>")
+    md, page = report.render(report.build(root, ["file_read"], CV))
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert "&lt;script&gt;alert(2)&lt;/script&gt;" in page
+    assert "<script" not in page and "<img src=x" not in page and "<folder" not in page
+    assert f"perfgrid report: <folder named {HOSTILE}>" in md  # Markdown keeps the text
+
+
+def test_the_report_refuses_a_table_whose_rate_is_not_its_raw_values(tmp_path):
+    root = _result_set(tmp_path, "h")
+    path = root / "tables" / "file_read.csv"
+    table = pd.read_csv(path)
+    table.loc[1, "rate"] *= 1.001
+    table.to_csv(path, index=False)
+    with pytest.raises(ValueError, match="not the .* its raw values give") as refused:
+        report.build(root, ["file_read"], CV)
+    assert str(refused.value).startswith(f"{path}: point variant=read, cache=warm")

@@ -15,6 +15,7 @@ so a file copied over another point's result stops the table, naming both.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,85 @@ def rate_estimate(row: Any) -> stats.Estimate:
     rounds = json.loads(rounds) if isinstance(rounds, str) and rounds else None
     work = float(row["work_per_loop"])
     return stats.rate(groups, work, seed=_row_seed(row), rounds=rounds)
+
+
+#: how far a table's ``rate`` may be from the one its raw values give (CSV round trips)
+RATE_TOLERANCE = 1e-9
+
+
+def raw_rate(groups: list[list[float]], work_per_loop: float) -> float:
+    """The rate that raw per-loop times give: work per loop over their mean (NaN: none)."""
+    values = [v for g in groups for v in g]
+    mean = statistics.fmean(values) if values else 0.0
+    return work_per_loop / mean if mean else float("nan")
+
+
+def check_rate(recorded: Any, groups: list[list[float]], work_per_loop: float,
+               where: str) -> float:
+    """The rate of ``groups``; ValueError naming ``where`` if a table recorded another.
+
+    A table is derived data: a rate that its own raw values do not give (an edited
+    table) would be shown beside an interval and a p-value computed from those values.
+    """
+    rate = raw_rate(groups, work_per_loop)
+    try:
+        shown = float(recorded)
+    except (TypeError, ValueError):
+        shown = float("nan")
+    same = (math.isnan(rate) and math.isnan(shown)) or math.isclose(
+        shown, rate, rel_tol=RATE_TOLERANCE)
+    if not same:
+        raise ValueError(f"{where}: the table's rate {recorded!r} is not the {rate!r} its raw "
+                         f"values give (an edited table? rebuild it from raw/)")
+    return rate
+
+
+def point_name(row: Any, columns: list[str]) -> str:
+    """``variant=read, cache=warm, runtime=python``: a table row's point, for messages."""
+    return ", ".join(f"{c}={row[c]}" for c in columns)
+
+
+def read_table(path: str | Path, axes: list[str] | tuple[str, ...],
+               required: list[str] | tuple[str, ...] = ()) -> pd.DataFrame:
+    """A table from its CSV file, checked by :func:`check_table`; ValueError naming it."""
+    try:
+        table = pd.read_csv(path)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not a readable table ({err})") from None
+    return check_table(table, path, axes, required)
+
+
+def check_table(table: pd.DataFrame, path: str | Path, axes: list[str] | tuple[str, ...],
+                required: list[str] | tuple[str, ...] = ()) -> pd.DataFrame:
+    """``table`` (read from ``path``) if it is fit to compare or report; ValueError if not.
+
+    Refused: a missing ``required`` column, a point (axes and runtime) listed twice (it
+    would count twice), and a row whose ``rate`` is not the one its ``process_values``
+    and ``work_per_loop`` give. A row without raw values has nothing to check against.
+    """
+    missing = [c for c in required if c not in table]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {', '.join(missing)} (a perfgrid table "
+                         f"has them; rebuild it with the table job)")
+    key = [c for c in [*axes, "runtime"] if c in table]
+    twice = table[table.duplicated(key, keep="first")] if key and len(table) else table[:0]
+    if len(twice):
+        raise ValueError(f"{path}: the point {point_name(twice.iloc[0], key)} is listed "
+                         f"more than once")
+    if {"rate", "process_values", "work_per_loop"} <= set(table.columns):
+        for _, row in table.iterrows():
+            raw = row["process_values"]
+            if not isinstance(raw, str) or not raw or pd.isna(row["work_per_loop"]):
+                continue
+            where = f"{path}: point {point_name(row, key)}"
+            try:  # a list of lists of per-loop times, and a number of work units per loop
+                groups, work = json.loads(raw), float(row["work_per_loop"])
+                raw_rate(groups, work)
+            except (TypeError, ValueError) as err:
+                raise ValueError(f"{where}: process_values or work_per_loop malformed "
+                                 f"({err})") from None
+            check_rate(row["rate"], groups, work, where)
+    return table
 
 
 def _row_seed(row: Any) -> int:
@@ -186,7 +266,7 @@ def row_from_results(paths: list[str | Path], check_path: bool = False) -> dict[
         "median_s": statistics.median(values),
         "stdev_s": stdev,
         "cv": stdev / mean if mean else float("nan"),
-        "rate": work / mean if mean else float("nan"),
+        "rate": raw_rate(groups, work),
         "rate_unit": experiment.rate_unit,
         "hostname": meta.get("hostname", ""),
         "result_file": str(paths[0]) if len(paths) == 1 else str(Path(paths[0]).parent),

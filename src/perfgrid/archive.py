@@ -4,16 +4,20 @@ An archive is a ``.tar.gz`` whose single top folder is a runnable copy of
 the workflow (Snakefile, workflow/, src/, config/, profiles/ from git) with
 ``results/<host>/`` inside it (raw pyperf JSON, tables, plots, reports,
 machine.json; not the regenerable test file), the config as used, the
-installed package list, and ``MANIFEST.sha256`` over every other member.
+installed package list, and ``MANIFEST.sha256`` over every other member. Only
+regular files are archived: a symlink or special file in the result set is
+left out and named in ``LEFT_OUT.txt``.
 Member mtimes are kept, so Snakemake in an extracted copy plans nothing.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tarfile
@@ -29,6 +33,8 @@ from perfgrid.gitinfo import git
 from perfgrid.paths import REPO
 
 MANIFEST = "MANIFEST.sha256"
+#: in an archive whose result set held symlinks or special files: each one left out, and why
+LEFT_OUT = "LEFT_OUT.txt"
 CODE_PATHS = ("Snakefile", "workflow", "src", "config", "profiles", "pyproject.toml",
               "environment.yml", "README.md", "CITATION.cff", "Makefile")
 #: files of a result set that are not archived: regenerable or huge
@@ -57,17 +63,45 @@ def code_files() -> list[Path]:
     return out
 
 
-def result_files(root: Path) -> list[Path]:
-    """Every file of a result set worth keeping (hidden and regenerable ones left out)."""
-    return sorted(p for p in root.rglob("*") if p.is_file()
-                  and not p.name.endswith(SKIP_SUFFIXES)
-                  and not any(part.startswith(".") for part in p.relative_to(root).parts))
+def _kind(mode: int) -> str:
+    """What a file that is not archived is, in words."""
+    for test, word in ((stat.S_ISLNK, "symlink"), (stat.S_ISFIFO, "FIFO"),
+                       (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device")):
+        if test(mode):
+            return word
+    return "not a regular file"
 
 
-def _sha256(data: bytes | Path) -> str:
-    if isinstance(data, Path):
-        with open(data, "rb") as handle:
-            return hashlib.file_digest(handle, "sha256").hexdigest()
+def result_set(root: Path) -> tuple[list[Path], list[Path], list[tuple[Path, str]]]:
+    """(folders, regular files, left out with why) of a result set, walked without following.
+
+    Only what the pipeline wrote goes into an archive for publication: a symlink (to a
+    file or a folder, inside the set or not) is never followed, so bytes from outside
+    cannot slip in, and it and any special file (FIFO, socket, device) are left out and
+    named. Hidden and regenerable files (:data:`SKIP_SUFFIXES`) are skipped as before.
+    """
+    folders, files, left_out = [root], [], []
+
+    def walk(folder: Path) -> None:
+        for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+            path = Path(entry.path)
+            if entry.name.startswith("."):
+                continue
+            mode = entry.stat(follow_symlinks=False).st_mode
+            if stat.S_ISDIR(mode):
+                folders.append(path)
+                walk(path)
+            elif not stat.S_ISREG(mode):
+                left_out.append((path, _kind(mode)))
+            elif not entry.name.endswith(SKIP_SUFFIXES):
+                files.append(path)
+
+    walk(root)
+    return folders, files, left_out
+
+
+def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
@@ -85,41 +119,87 @@ def installed_packages() -> str:
     return proc.stdout
 
 
+class _Hashing:
+    """A file as tarfile copies it, hashed on the way: the manifest states the bytes archived."""
+
+    def __init__(self, handle: IO[bytes]) -> None:
+        self.handle, self.digest = handle, hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.handle.read(size)
+        self.digest.update(data)
+        return data
+
+
+def _add_file(tar: tarfile.TarFile, path: Path, arcname: str) -> str:
+    """Add one regular file, never through a symlink; its SHA-256, or why it was left out.
+
+    Opened with ``O_NOFOLLOW`` and checked on the open file, so a file swapped for a
+    link or a FIFO after the walk is left out too (returned as ``"left out: ..."``).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return "left out: symlink"
+        raise
+    with os.fdopen(fd, "rb") as handle:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            return f"left out: {_kind(mode)}"
+        os.set_blocking(fd, True)
+        info = tar.gettarinfo(str(path), arcname, handle)  # fstat: the file opened
+        reader = _Hashing(handle)
+        tar.addfile(info, reader)  # type: ignore[arg-type]  # tarfile only calls read()
+        return reader.digest.hexdigest()
+
+
 def create(results_root: Path, output: Path) -> Path:
-    """Write the archive of ``results_root`` (``results/<host>``) to ``output``."""
+    """Write the archive of ``results_root`` (``results/<host>``) to ``output``.
+
+    Regular files only: symlinks and special files are left out, printed, and listed
+    in :data:`LEFT_OUT` inside the archive (see :func:`result_set`).
+    """
     top = output.name.removesuffix(".tar.gz")
     host = results_root.name
+    folders, files, skipped = result_set(results_root)
     entries: list[tuple[str, Path]] = [(str(p.relative_to(REPO)), p) for p in code_files()]
-    entries += [(f"results/{host}/{p.relative_to(results_root)}", p)
-                for p in result_files(results_root)]
+    entries += [(f"results/{host}/{p.relative_to(results_root)}", p) for p in files]
+    left_out = [f"results/{host}/{p.relative_to(results_root)} ({why})" for p, why in skipped]
     now = time.time()
     facts = gitinfo.facts()
     generated = {
         "packages.txt": installed_packages().encode(),
         "GIT": f"commit {facts['commit']}\ndirty {facts['dirty']}\n".encode(),
     }
-    lines = [f"{_sha256(path)}  {name}" for name, path in entries]
-    lines += [f"{_sha256(data)}  {name}" for name, data in generated.items()]
+    lines = []
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_name(f".{output.name}.tmp")
     try:
-        # folders too, so that their mtimes come back (a plot folder is an output)
-        folders = [path for path in [results_root, *sorted(results_root.rglob("*"))]
-                   if path.is_dir() and not any(part.startswith(".") for part in
-                                                path.relative_to(results_root).parts)]
-        # dereference: file contents, never symlink or hardlink members, which verify refuses
+        # dereference: a hardlinked file is archived as its contents, never as a hardlink
+        # member, which verify refuses; symlinks never get this far (result_set, _add_file)
         with tarfile.open(tmp, "w:gz", dereference=True) as tar:
+            # folders too, so that their mtimes come back (a plot folder is an output)
             for path in folders:
                 name = f"results/{host}/{path.relative_to(results_root)}".removesuffix("/.")
                 tar.add(path, arcname=f"{top}/{name}", recursive=False)
             for name, path in entries:
-                tar.add(path, arcname=f"{top}/{name}", recursive=False)
+                digest = _add_file(tar, path, f"{top}/{name}")
+                if digest.startswith("left out: "):
+                    left_out.append(f"{name} ({digest.removeprefix('left out: ')})")
+                else:
+                    lines.append(f"{digest}  {name}")
+            if left_out:
+                generated[LEFT_OUT] = "".join(f"{item}\n" for item in left_out).encode()
             for name, data in generated.items():
                 _add_bytes(tar, f"{top}/{name}", data, now)
+                lines.append(f"{_sha256(data)}  {name}")
             _add_bytes(tar, f"{top}/{MANIFEST}", ("\n".join(lines) + "\n").encode(), now)
         os.replace(tmp, output)
     finally:
         tmp.unlink(missing_ok=True)
+    for item in left_out:
+        print(f"archive: left out {item}")
     return output
 
 

@@ -110,11 +110,17 @@ def _aa(args: argparse.Namespace) -> None:
         print("perfgrid aa: " + " ".join(cmd), flush=True)
         done = subprocess.run(lifetime.command(cmd + list(args.snakemake_args)), check=False)
         if done.returncode != 0:
-            raise SystemExit(f"perfgrid aa: run {side} failed (exit {done.returncode})")
+            raise SystemExit(f"perfgrid aa: run {side} failed (snakemake exit "
+                             f"{done.returncode}); nothing compared")
     out = Path(args.out or results / "compare" / f"aa-{args.label}")
     result = compare.compare(str(results / f"{args.label}-a"), str(results / f"{args.label}-b"),
                              out)
-    share = result["significant"] / result["testable"] if result["testable"] else float("nan")
+    if not result["testable"]:  # a share of nothing is no noise floor: say why, exit 1
+        why = ("no grid point has a table row in both runs" if not result["points"] else
+               f"each of the {result['points']} points compared has a side with one value "
+               f"(one process of one value); measure more processes or values")
+        raise SystemExit(f"perfgrid aa: no testable points: {why}; written to {out}")
+    share = result["significant"] / result["testable"]
     print(f"A/A: {result['significant']} of {result['testable']} testable points "
           f"({share:.1%}) significant after Benjamini-Hochberg at q = {compare.Q}; "
           f"{len(result['changes'])} claims changed verdict; written to {out}")

@@ -30,10 +30,10 @@ import pyperf
 from scipy import stats as sps
 
 from perfgrid import aggregate, analysis, archive, experiments, stats
-from perfgrid.analysis import plot_setup, save
+from perfgrid.analysis import literal, plot_setup, save
 from perfgrid.atomic import write_text
 from perfgrid.paths import every_table
-from perfgrid.report import md_table
+from perfgrid.report import html_page, md_table
 
 
 def resolve(source: str, scratch: Path) -> Path:
@@ -88,27 +88,51 @@ def _groups(path: str) -> tuple[list[list[float]], float]:
     for file in files:
         bench = pyperf.Benchmark.load(str(file))
         groups += aggregate.process_values(bench)
-    return groups, float(bench.get_metadata()["perfgrid_work_per_loop"])
+    work = bench.get_metadata().get("perfgrid_work_per_loop")
+    if work is None:
+        raise ValueError(f"{files[-1]}: no perfgrid_work_per_loop in its metadata "
+                         f"(not a perfgrid result)")
+    return groups, float(work)
 
 
-def compare_experiment(name: str, a: Path, b: Path) -> pd.DataFrame:
-    """One row per grid point measured in both result sets (q filled in by :func:`adjust`)."""
+def table_columns(name: str) -> list[str]:
+    """The columns of an experiment's table that compare reads: refused without them."""
+    return [*experiments.get(name).axes, "runtime", "rate", "rate_unit", "result_file"]
+
+
+def read_table(root: Path, name: str) -> pd.DataFrame:
+    """An experiment's table of one result set, checked (:func:`aggregate.check_table`)."""
+    return aggregate.read_table(root / "tables" / f"{name}.csv", experiments.get(name).axes,
+                                table_columns(name))
+
+
+def compare_experiment(name: str, a: Path, b: Path,
+                       tables: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> pd.DataFrame:
+    """One row per grid point measured in both result sets (q filled in by :func:`adjust`).
+
+    Rate, interval and p-value all come from the raw results; a table whose ``rate`` is
+    not the one those give is refused, naming the table and the point.
+    """
     axes = list(experiments.get(name).axes)
-    ta = pd.read_csv(a / "tables" / f"{name}.csv")
-    tb = pd.read_csv(b / "tables" / f"{name}.csv")
-    keep = axes + ["runtime", "rate", "rate_unit", "cv", "result_file"]
+    ta, tb = tables or (read_table(a, name), read_table(b, name))
+    keep = table_columns(name)
     merged = ta[keep].merge(tb[keep], on=axes + ["runtime", "rate_unit"], suffixes=("_a", "_b"))
     rows = []
     for _, row in merged.iterrows():
         path_a, path_b = _local(a, row["result_file_a"]), _local(b, row["result_file_b"])
         (groups_a, work_a), (groups_b, work_b) = _groups(path_a), _groups(path_b)
-        ratio = (stats.rate(groups_b, work_b, stats.seed_for(path_b))
-                 / stats.rate(groups_a, work_a, stats.seed_for(path_a)))
+        point = aggregate.point_name(row, axes + ["runtime"])
+        for root, side, groups, work in ((a, "a", groups_a, work_a), (b, "b", groups_b, work_b)):
+            aggregate.check_rate(row[f"rate_{side}"], groups, work,
+                                 f"{root / 'tables' / f'{name}.csv'}: point {point}")
+        rate_a = stats.rate(groups_a, work_a, stats.seed_for(path_a))
+        rate_b = stats.rate(groups_b, work_b, stats.seed_for(path_b))
+        ratio = rate_b / rate_a
         bounds = ratio.interval() or (float("nan"), float("nan"))
         p_value, test = welch(groups_a, groups_b)
         rows.append({**{k: row[k] for k in axes + ["runtime"]},
-                     "rate_a": row["rate_a"], "rate_b": row["rate_b"],
-                     "ratio_b_over_a": row["rate_b"] / row["rate_a"],
+                     "rate_a": rate_a.value, "rate_b": rate_b.value,
+                     "ratio_b_over_a": ratio.value,
                      "ratio_ci_low": bounds[0], "ratio_ci_high": bounds[1],
                      "p": p_value, "test": test, "rate_unit": row["rate_unit"]})
     return pd.DataFrame(rows)
@@ -131,15 +155,24 @@ def adjust(tables: dict[str, pd.DataFrame], q: float = Q) -> dict[str, pd.DataFr
     return frames
 
 
-def verdict_changes(a: Path, b: Path, names: list[str]) -> pd.DataFrame:
+def _claims(root: Path, name: str, table: pd.DataFrame) -> dict[tuple[str, str], Any]:
+    """An experiment's claims on one result set's table, by (runtime, hypothesis)."""
+    try:
+        claims = analysis.module(name).claims(table)
+    except KeyError as err:  # a hand-made or cut-down table
+        raise ValueError(f"{root / 'tables' / f'{name}.csv'}: missing column {err}, which "
+                         f"the {name} claims need") from None
+    return {(c.runtime, c.hypothesis): c for c in claims}
+
+
+def verdict_changes(a: Path, b: Path, names: list[str],
+                    tables: dict[str, tuple[pd.DataFrame, pd.DataFrame]] | None = None
+                    ) -> pd.DataFrame:
     """The claims whose verdict differs between the two result sets."""
     rows = []
     for name in names:
-        module = analysis.module(name)
-        ca = {(c.runtime, c.hypothesis): c
-              for c in module.claims(pd.read_csv(a / "tables" / f"{name}.csv"))}
-        cb = {(c.runtime, c.hypothesis): c
-              for c in module.claims(pd.read_csv(b / "tables" / f"{name}.csv"))}
+        ta, tb = (tables or {}).get(name) or (read_table(a, name), read_table(b, name))
+        ca, cb = _claims(a, name, ta), _claims(b, name, tb)
         for key in ca.keys() & cb.keys():
             if ca[key].verdict != cb[key].verdict:
                 rows.append({"experiment": name, "runtime": key[0], "hypothesis": key[1],
@@ -173,8 +206,9 @@ def compare(a_src: str, b_src: str, out_dir: Path) -> dict[str, Any]:
         b = resolve(b_src, Path(scratch) / "b")
         names = [n for n in experiments.available()
                  if (a / "tables" / f"{n}.csv").exists() and (b / "tables" / f"{n}.csv").exists()]
-        tables = adjust({n: compare_experiment(n, a, b) for n in names})
-        changes = verdict_changes(a, b, names)
+        read = {n: (read_table(a, n), read_table(b, n)) for n in names}
+        tables = adjust({n: compare_experiment(n, a, b, read[n]) for n in names})
+        changes = verdict_changes(a, b, names, read)
     label_a, label_b = a.name, b.name
     points = pd.concat([t.assign(experiment=n) for n, t in tables.items() if len(t)]) \
         if any(len(t) for t in tables.values()) else pd.DataFrame()
@@ -189,21 +223,17 @@ def compare(a_src: str, b_src: str, out_dir: Path) -> dict[str, Any]:
     lines = [f"# perfgrid comparison: {label_b} over {label_a}\n", headline + "\n", intro + "\n",
              "## Claims whose verdict changed\n",
              md_table(changes) if len(changes) else "None.\n"]
-    html_parts = [f"<h1>perfgrid comparison: {label_b} over {label_a}</h1>",
-                  f"<p>{headline}</p><p>{intro}</p>", "<h2>Claims whose verdict changed</h2>",
-                  changes.to_html(index=False) if len(changes) else "<p>None.</p>"]
     for name, table in tables.items():
         lines += [f"## {name}\n", md_table(table)]
-        html_parts += [f"<h2>{name}</h2>", table.to_html(index=False, float_format="%.4g")]
         if not table.empty:
             written = _ratio_plot(table, label_a, label_b)
             save(written, out_dir, f"{name}_ratio")
     if len(points):
         points.to_csv(out_dir / "points.csv", index=False)
     write_text(out_dir / "compare.md", "\n".join(lines))
-    write_text(out_dir / "compare.html",
-               "<!doctype html><meta charset='utf-8'><title>perfgrid comparison</title>"
-               + "\n".join(html_parts))
+    write_text(out_dir / "compare.html", html_page(
+        "compare.html.j2", label_a=label_a, label_b=label_b, headline=headline, intro=intro,
+        changes=changes, tables=list(tables.items())))
     return {"tables": tables, "changes": changes, "significant": n_sig, "testable": n_test,
             "points": len(points)}
 
@@ -223,9 +253,9 @@ def _ratio_plot(table: pd.DataFrame, label_a: str, label_b: str):
     ax.scatter(data["ratio_b_over_a"], ypos, c=colours, zorder=3, s=14)
     ax.axvline(1.0, color="k", lw=0.8)
     ax.set_xscale("log")
-    ax.set_yticks(ypos, [f"{r.runtime} {r.variant}" if "variant" in data else str(i)
+    ax.set_yticks(ypos, [literal(f"{r.runtime} {r.variant}") if "variant" in data else str(i)
                          for i, r in data.iterrows()], fontsize=6)
-    ax.set_xlabel(f"rate {label_b} / {label_a} (95 % interval; red: significant)")
+    ax.set_xlabel(literal(f"rate {label_b} / {label_a} (95 % interval; red: significant)"))
     return fig
 
 
@@ -237,13 +267,14 @@ def hosts_with_tables(results: str | Path) -> list[Path]:
 def summary(roots: list[str | Path], md_path: str, html_path: str) -> None:
     """One cross-machine table per experiment: the rate of every point on every host."""
     lines = ["# perfgrid: every host side by side\n"]
-    html_parts = ["<h1>perfgrid: every host side by side</h1>"]
+    sections = []
     for name in experiments.available():
         frames = []
         for root in roots:
             table_path = Path(root) / "tables" / f"{name}.csv"
             if table_path.exists():
-                table = pd.read_csv(table_path)
+                table = aggregate.read_table(table_path, experiments.get(name).axes,
+                                             ["runtime", "rate", "rate_unit"])
                 table["host"] = Path(root).name
                 frames.append(table)
         if not frames:
@@ -252,7 +283,6 @@ def summary(roots: list[str | Path], md_path: str, html_path: str) -> None:
         wide = pd.concat(frames).pivot_table(index=axes, columns="host", values="rate",
                                              aggfunc="max").reset_index()
         lines += [f"## {name} (rate in {frames[0]['rate_unit'].iloc[0]})\n", md_table(wide)]
-        html_parts += [f"<h2>{name}</h2>", wide.to_html(index=False, float_format="%.4g")]
+        sections.append((name, wide))
     write_text(md_path, "\n".join(lines))
-    write_text(html_path, "<!doctype html><meta charset='utf-8'><title>perfgrid hosts</title>"
-               + "\n".join(html_parts))
+    write_text(html_path, html_page("summary.html.j2", sections=sections))

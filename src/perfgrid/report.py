@@ -18,7 +18,8 @@ import pandas as pd
 from markupsafe import Markup
 
 from perfgrid import counters, experiments, gitinfo
-from perfgrid.analysis import VERDICTS, Claim, module
+from perfgrid.aggregate import read_table
+from perfgrid.analysis import VERDICTS, Claim, literal, module
 from perfgrid.atomic import write_text
 from perfgrid.paths import Layout
 from perfgrid.topology import format_cpu_list, parse_cpu_list
@@ -86,7 +87,7 @@ def claims_figure(claims: list[Claim], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(8, 0.28 * max(len(claims), 1) + 1.4))
     labels = []
     for i, claim in enumerate(reversed(claims)):
-        labels.append(f"{claim.experiment} [{claim.runtime}] {claim.hypothesis}"[:80])
+        labels.append(literal(f"{claim.experiment} [{claim.runtime}] {claim.hypothesis}"[:80]))
         if not (np.isfinite(claim.value) and np.isfinite(claim.threshold) and claim.threshold):
             ax.text(1.0, i, "no estimate", fontsize=6, va="center", ha="center", color="0.4")
             continue
@@ -283,7 +284,7 @@ def build(root: Path, experiment_names: list[str], cv_threshold: float) -> dict[
     for name in experiment_names:
         analysis = module(name)
         axes = experiments.get(name).axes
-        table = with_human_rates(pd.read_csv(layout.table(name)))
+        table = with_human_rates(read_table(layout.table(name), axes))
         shown = ["runtime", *axes, *STATS, *getattr(analysis, "EXTRA_COLUMNS", [])]
         seed_rows = getattr(analysis, "SEED_ROWS", [])
         claims = analysis.claims(table)
@@ -440,7 +441,7 @@ def view(data: dict[str, Any]) -> dict[str, Any]:
         "sections": sections,
         "provenance": [(key.replace("_", " "), prov[key]) for key in prov if key != "config"],
         "config": prov["config"],
-        "machine_json": json.dumps(data["machine"], indent=2), "css": _CSS,
+        "machine_json": json.dumps(data["machine"], indent=2),
     }
 
 
@@ -456,18 +457,30 @@ def _img(path: Path) -> Markup:
     return Markup('<img alt="{}" src="data:image/png;base64,{}">').format(path.stem, data)
 
 
+def _environment(autoescape: bool) -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=autoescape, trim_blocks=True,
+        lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+
+
+def html_page(template: str, **context: Any) -> str:
+    """An HTML page from ``templates/<template>``, every value escaped (autoescape on).
+
+    The one way perfgrid writes HTML (report, compare, summary): a host folder's name
+    or a table cell is text, never markup; tables go through the ``table`` filter
+    (pandas ``to_html`` with escaping), images through ``img``.
+    """
+    page = _environment(autoescape=True)
+    page.filters.update(table=_html_table, img=_img)
+    return page.get_template(template).render(css=_CSS, **context)
+
+
 def render(data: dict[str, Any]) -> tuple[str, str]:
     """The Markdown and the HTML report of :func:`build`'s data, from the two templates."""
     shown = view(data)
-    loader = jinja2.FileSystemLoader(TEMPLATES)
-    options = {"loader": loader, "trim_blocks": True, "lstrip_blocks": True,
-               "keep_trailing_newline": True, "undefined": jinja2.StrictUndefined}
-    md = jinja2.Environment(autoescape=False, **options)
+    md = _environment(autoescape=False)
     md.filters["table"] = md_table
-    page = jinja2.Environment(autoescape=True, **options)
-    page.filters.update(table=_html_table, img=_img)
-    return (md.get_template("report.md.j2").render(shown),
-            page.get_template("report.html.j2").render(shown))
+    return md.get_template("report.md.j2").render(shown), html_page("report.html.j2", **shown)
 
 
 def main(root: Path, experiment_names: list[str], html_path: str, md_path: str,

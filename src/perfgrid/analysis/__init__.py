@@ -192,6 +192,13 @@ def plot_setup(table) -> list[str]:
     return [b for b in BINDINGS if b in present]
 
 
+def literal(text: object) -> str:
+    """``text`` as matplotlib draws it, verbatim: every ``$`` escaped, so a label (a folder
+    name, a table cell) never turns on mathtext, which misdraws it or raises
+    (``C$\\frac{$``). Backslashes need nothing: outside mathtext they are plain."""
+    return str(text).replace("$", r"\$")
+
+
 def palette_for(values: list) -> dict:
     """One seaborn color per value, in order, so a value keeps its color in every figure."""
     import seaborn as sns
