@@ -341,4 +341,9 @@ def observed_estimate(row, key, seed: int | None = None) -> Estimate:
     if seed is None:
         seed = seed_for(row.get("experiment"), row.get("runtime"), row.get("result_file"),
                         raw if isinstance(raw, str) else json.dumps(raw), name)
-    return mean_estimate([[v] for v in values], seed=seed)
+    # measured in rounds: each process's round, so that a ratio pairs round by round
+    labels = row.get("process_rounds")
+    rounds = json.loads(labels) if isinstance(labels, str) and labels else None
+    if rounds is not None and len(rounds) != len(values):
+        rounds = None
+    return mean_estimate([[v] for v in values], seed=seed, rounds=rounds)
