@@ -167,3 +167,24 @@ def test_imbalances_of_many_draws_match_spearmans_rho_of_each_draw():
             abs(spearmanr(place[index], [jobs[i].point[axis] for i in index]).statistic)
             * np.sqrt(len(index) - 1) for axis, (index, _) in axes.items()))
     assert order.imbalances(perms, axes) == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_block_runs_back_to_back_inside_its_phase() -> None:
+    """The claim points of one experiment in one round run consecutively, shuffled among
+    themselves, the block at a shuffled place among the other jobs of its phase."""
+    points = [{"workers": w, "binding": b} for w in (1, 2, 4, 8) for b in ("none", "single")]
+    jobs = [order.Job("x", p, r) for r in (1, 2, 3) for p in points if p["workers"] <= 2]
+    jobs += [order.Job("x", p, 1) for p in points if p["workers"] > 2]
+
+    def block(job: order.Job):
+        return ("x", job.round) if job.point["workers"] <= 2 else None
+
+    plan = order.planned(jobs, True, 7, block=block)
+    assert sorted(map(repr, plan)) == sorted(map(repr, jobs))
+    assert plan == order.planned(jobs, True, 7, block=block)
+    for r in (1, 2, 3):
+        places = [i for i, job in enumerate(plan) if block(job) == ("x", r)]
+        assert len(places) == 4 and places == list(range(places[0], places[0] + 4)), places
+    firsts = [[job.point for job in plan if block(job) == ("x", r)] for r in (1, 2, 3)]
+    assert len({repr(f) for f in firsts}) > 1  # shuffled inside, differently each round
+    assert plan != order.planned(jobs, True, 7)  # the blocks changed the plan

@@ -21,11 +21,17 @@ in another, and so on, so each point's rounds are spread over the run. With
 points measured once are spread evenly over the same phases.
 ``order.shuffle: false`` keeps the grid's sorted order (experiment by
 experiment, each grid in its axes' order, round by round).
+
+Jobs that share a block (``block``: the points one experiment's claims compare, in one
+round) run back to back inside their phase, in a shuffled order, the block itself at a
+shuffled place among the other jobs: the sides of a claim are then measured minutes
+apart at most rather than anywhere in a third of the run, so a ratio paired round by
+round (perfgrid.stats) cancels the drift both sides share.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +56,8 @@ class Job:
         return self.experiment, tuple(str(self.point[a]) for a in axes), self.round
 
 
-def planned(jobs: list[Job], shuffle: bool, seed: int, draws: int = DRAWS) -> list[Job]:
+def planned(jobs: list[Job], shuffle: bool, seed: int, draws: int = DRAWS,
+            block: Callable[[Job], Hashable | None] | None = None) -> list[Job]:
     """``jobs`` (in sorted order) in the order they should run.
 
     The run is cut into as many phases as the most rounds any point has.
@@ -61,7 +68,8 @@ def planned(jobs: list[Job], shuffle: bool, seed: int, draws: int = DRAWS) -> li
     phase apart in time.
     Inside each phase the jobs are permuted with a generator seeded by
     ``(seed, phase)`` (the best balanced of ``draws`` permutations), or kept
-    sorted.
+    sorted. Jobs for which ``block`` gives the same key (not None) stay together
+    inside their phase, as one unit of the permutation, shuffled among themselves.
     """
     rounds_of: dict[tuple[str, str], int] = {}
     for job in jobs:
@@ -81,11 +89,40 @@ def planned(jobs: list[Job], shuffle: bool, seed: int, draws: int = DRAWS) -> li
         in_phase = [job for job in jobs if phase_of[id(job)] == phase]
         if shuffle and len(in_phase) > 1:
             rng = np.random.default_rng([seed, phase])
-            perms = np.array([rng.permutation(len(in_phase)) for _ in range(draws)])
+            units = _units(in_phase, block)
+            perms = np.array([_draw(units, rng) for _ in range(draws)])
             best = perms[int(np.argmin(imbalances(perms, numeric_axes(in_phase))))]
             in_phase = [in_phase[i] for i in best]
         out.extend(in_phase)
     return out
+
+
+def _units(jobs: list[Job], block: Callable[[Job], Hashable | None] | None) -> list[list[int]]:
+    """The indexes of ``jobs`` as units of a permutation: each block's jobs together, in
+    their sorted order, at the place of its first job; every other job alone."""
+    units: list[list[int]] = []
+    where: dict[Hashable, list[int]] = {}
+    for index, job in enumerate(jobs):
+        key = block(job) if block is not None else None
+        if key is None:
+            units.append([index])
+        elif key in where:
+            where[key].append(index)
+        else:
+            where[key] = [index]
+            units.append(where[key])
+    return units
+
+
+def _draw(units: list[list[int]], rng: np.random.Generator) -> np.ndarray:
+    """One permutation of the jobs: the units in a random order, each shuffled inside."""
+    if all(len(unit) == 1 for unit in units):  # no blocks: the plain permutation
+        return rng.permutation(len(units))
+    order = []
+    for u in rng.permutation(len(units)):
+        unit = units[u]
+        order.extend(unit[i] for i in rng.permutation(len(unit)))
+    return np.array(order)
 
 
 def _point_key(job: Job) -> tuple[str, str]:

@@ -18,7 +18,7 @@ import math
 import os
 import re
 import socket
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -500,6 +500,17 @@ def jobs(cfg: dict[str, Any]) -> list[order.Job]:
         out += [order.Job(experiment, p, r) for r in range(1, max(rounds, default=1) + 1)
                 for p, n in zip(points, rounds, strict=True) if r <= n]
     return out
+
+
+def claim_block(cfg: dict[str, Any]) -> Callable[[order.Job], tuple[str, int] | None]:
+    """The run order's blocks (perfgrid.order): the jobs of one experiment's claim points
+    measured in rounds, one block per round, so a claim's sides run back to back."""
+    def block(job: order.Job) -> tuple[str, int] | None:
+        if rounds_of(cfg, job.experiment, job.point) < 2:
+            return None
+        return job.experiment, job.round
+
+    return block
 
 
 def grid(cfg: dict[str, Any], experiment: str) -> list[dict[str, Any]]:

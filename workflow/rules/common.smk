@@ -60,7 +60,8 @@ except WorkflowError:  # no --cores: a cluster run (profiles/slurm), --report, -
 SRC = os.path.relpath(os.path.join(workflow.basedir, "src", "perfgrid"))
 # every benchmark job in the order it should run; Snakemake runs the highest priority first
 JOBS = settings.jobs(SETTINGS)
-ORDER = order.planned(JOBS, SETTINGS["order"]["shuffle"], SETTINGS["order"]["seed"])
+ORDER = order.planned(JOBS, SETTINGS["order"]["shuffle"], SETTINGS["order"]["seed"],
+                      block=settings.claim_block(SETTINGS))
 PRIORITY = order.priorities(ORDER, {e: experiments.get(e).axes for e in SETTINGS["experiments"]})
 
 
