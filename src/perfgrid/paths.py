@@ -63,6 +63,11 @@ class Layout:
     def bench_lock(self) -> Path:
         return self.root / ".bench.lock"
 
+    @property
+    def noise_profile(self) -> Path:
+        """The machine's noise level by level (perfgrid.noiseprofile), measured first."""
+        return self.root / "noise.json"
+
     def native_binary(self, name: str) -> Path:
         return self.root / "bin" / name
 
