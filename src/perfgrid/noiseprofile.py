@@ -57,8 +57,8 @@ from perfgrid.experiments.base import Experiment, NoisePair, Point
 from perfgrid.paths import NATIVE_SOURCES, PACKAGE, Layout
 
 #: values and warm-ups of each process (blocks: the config's noise.profile.blocks; on a
-#: 2-CPU VM a block of both pairs takes about 6.5 s with a 1 GiB test file: file_read
-#: 4.2 s, syscall 2.2 s)
+#: 2-CPU VM a block of both pairs takes 6.5-7.5 s with a 1 GiB test file: file_read's
+#: processes 1.4-3.5 s each, syscall's 1.1-1.3 s)
 VALUES = 5
 WARMUPS = 1
 #: the interval the blocks are sized for: 95 %, +/-5 % on a ratio
