@@ -143,7 +143,8 @@ CONFIG = {
     "experiments": ["file_read"],
     # a plumbing test, not a measurement: never wait; and a CV threshold every point with
     # two different values exceeds, so the report's "Flagged points" section is exercised
-    "noise": {"busy_share": 1.0, "cv_threshold": 1e-9},
+    "noise": {"busy_share": 1.0, "cv_threshold": 1e-9,
+              "profile": {"blocks": 2}},  # the smallest noise profile: file_read's pair
     # no counting passes (~15 s a run here): tests/test_counters.py runs one through the
     # harness, and the pipeline tests run several pipelines
     "measure": {"counters": "none"},

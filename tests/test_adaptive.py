@@ -205,7 +205,8 @@ def test_a_round_file_at_another_rounds_path_stops_the_table(tmp_path):
 ROUNDS_CONFIG = {
     "host": "rounds",
     "experiments": ["syscall"],
-    "noise": {"busy_share": 1.0},  # plumbing, not a measurement: never wait
+    # plumbing, not a measurement: never wait, and no noise profile
+    "noise": {"busy_share": 1.0, "profile": {"blocks": 0}},
     "order": {"shuffle": True, "seed": 5},
     "syscall": {
         "variants": ["python"], "calls": ["getuid"], "workers": [1, 2],

@@ -65,6 +65,13 @@ def test_every_grid_point_reaches_the_table_and_report(tree):
     assert "http://" not in html and "https://" not in html
     recorded = json.loads((tree / "results/tiny/skipped.json").read_text())
     assert len(recorded) == len(skipped)
+    # the noise profile ran first (the run's experiments' pairs: file_read's) and is reported
+    noise = json.loads((tree / "results/tiny/noise.json").read_text())
+    assert noise["blocks"] == 2 and list(noise["pairs"]) == ["file_read 1 MiB warm"]
+    assert len(noise["pairs"]["file_read 1 MiB warm"]["records"]) == 2
+    assert "not among this run's experiments" in noise["skipped"]["syscall getuid"]
+    assert "## Noise profile" in md and "| file_read 1 MiB warm | readinto / dd |" in md
+    assert "<h2>Noise profile</h2>" in html
 
 
 def test_a_local_run_stops_snakemakes_rate_limiter(tree):
@@ -90,6 +97,9 @@ def test_no_two_benchmark_jobs_overlapped(tree):
     assert len(spans) >= 7
     for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
         assert start >= end
+    # the noise profile (priority 1) measured before the first benchmark
+    noise = json.loads((tree / "results/tiny/noise.json").read_text())
+    assert noise["started"] + noise["seconds"] <= spans[0][0]
 
 
 def test_up_to_date_dry_run_plans_nothing(tree):
@@ -101,9 +111,10 @@ def test_editing_the_workload_reruns_its_jobs_and_what_derives(tree):
     points = len(settings.split_grid(effective(), "file_read")[0])
     with edited(tree / "src/perfgrid/experiments/file_read.py"):
         counts = job_counts(run(tree, "-n"))
-    # the test file and its temp() ready note are removed after the run: made again first
-    assert counts == {"testfile": 1, "file_read": points, "table": 1, "plots": 1, "report": 1,
-                      "all": 1}
+    # the test file and its temp() ready note are removed after the run: made again first,
+    # and the noise profile, which reads it, measured again before the benchmarks
+    assert counts == {"testfile": 1, "noise_profile": 1, "file_read": points, "table": 1,
+                      "plots": 1, "report": 1, "all": 1}
     assert "Nothing to be done" in run(tree, "-n")  # the edit undone, the tree as it was
 
 

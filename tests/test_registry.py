@@ -118,7 +118,8 @@ def _dry_run_jobs(output: str) -> list[tuple[str, dict[str, str]]]:
 def test_every_benchmark_rule_asks_slurm_for_a_whole_node_and_its_memory(tmp_path):
     """The benchmark rule declares a job's cluster resources, the profile names no experiment:
     a whole node, its threads as CPUs, and the memory its experiment asks for (file_read:
-    the test file twice, plus 1000 MiB) or else the profile's default."""
+    the test file twice, plus 1000 MiB) or else the profile's default. The noise profile
+    measures too: a whole node, and the most its pairs' experiments ask for."""
     profile_text = (REPO / "profiles" / "slurm" / "config.yaml").read_text()
     assert not [e for e in experiments.available() if e in profile_text]
     default_mb = yaml.safe_load(profile_text)["default-resources"]["mem_mb"]
@@ -133,15 +134,17 @@ def test_every_benchmark_rule_asks_slurm_for_a_whole_node_and_its_memory(tmp_pat
     size_mib = testfile.parse_size(quick["testfile"]["size"]) // 2**20
     seen = set()
     for rule, res in _dry_run_jobs(result.stdout):
-        if rule not in experiments.available():
+        if rule not in [*experiments.available(), "noise_profile"]:
             assert "slurm_extra" not in res, rule
             continue
         seen.add(rule)
         assert res["slurm_extra"] == "'--exclusive'", (rule, res)
         assert res["cpus_per_task"] == res["threads"] == "3", (rule, res)
-        wanted = 1000 + 2 * size_mib if rule == "file_read" else default_mb
+        # quick.yaml runs every experiment: the noise profile's pairs include file_read's
+        wanted = (1000 + 2 * size_mib if rule in ("file_read", "noise_profile")
+                  else default_mb)
         assert int(res["mem_mb"]) == wanted, (rule, res)
-    assert seen == set(experiments.available())
+    assert seen == {*experiments.available(), "noise_profile"}
 
 
 def test_every_experiment_declares_code_that_exists():

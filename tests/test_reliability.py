@@ -27,7 +27,8 @@ pytestmark = pytest.mark.pipeline
 GRID = {
     "host": "rel",
     "experiments": ["file_read"],
-    "noise": {"busy_share": 1.0},  # these runs test plumbing, not figures: never wait
+    # these runs test plumbing, not figures: never wait, and no noise profile
+    "noise": {"busy_share": 1.0, "profile": {"blocks": 0}},
     "measure": {"counters": "none"},  # nor count
     "testfile": {"size": "32MiB", "seed": 5},
     "file_read": {
@@ -232,7 +233,7 @@ def without_tools(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (stub / f"{module}.py").write_text(f"raise ImportError('{module} hidden by a test')\n")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(stub), os.environ.get("PYTHONPATH")]))
     config = {**QUICK, "host": "rel", "experiments": [spec[2] for spec in MISSING.values()],
-              "noise": {"busy_share": 1.0}}
+              "noise": {"busy_share": 1.0, "profile": {"blocks": 0}}}
     for _, _, experiment, section, _ in MISSING.values():
         config[experiment] = {**QUICK[experiment], **section}
     workdir = root / "work"

@@ -21,7 +21,8 @@ pytestmark = pytest.mark.pipeline
 CONFIG = {
     "host": "pinned",
     "experiments": ["syscall", "ring"],
-    "noise": {"busy_share": 1.0},  # a plumbing test, not a measurement: never wait
+    # a plumbing test, not a measurement: never wait, and no noise profile
+    "noise": {"busy_share": 1.0, "profile": {"blocks": 0}},
     "measure": {"counters": "none", "claims": {"rounds": 1}},  # nor count, nor rounds
     "syscall": {"variants": ["python"], "calls": ["getuid"], "workers": "auto",
                 "bindings": ["none", "compact", "spread"],

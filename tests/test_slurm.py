@@ -24,7 +24,8 @@ pytestmark = [pytest.mark.pipeline, pytest.mark.slurm]
 
 CONFIG = {
     "experiments": ["file_read"],
-    "noise": {"busy_share": 1.0},  # measure at once: the point is where, not how fast
+    # measure at once, no noise profile: the point is where, not how fast
+    "noise": {"busy_share": 1.0, "profile": {"blocks": 0}},
     "measure": {"counters": "none"},  # no counting passes: not what this test is about
     "testfile": {"size": "8MiB", "seed": 3},
     "file_read": {

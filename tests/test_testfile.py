@@ -193,7 +193,8 @@ def test_only_the_file_generated_in_this_run_is_removed(tmp_path):
 
 # --- through Snakemake ---------------------------------------------------------------
 
-TINY = {"host": "tiny", "experiments": ["file_read"], "noise": {"busy_share": 1.0},
+TINY = {"host": "tiny", "experiments": ["file_read"],
+        "noise": {"busy_share": 1.0, "profile": {"blocks": 0}},
         "testfile": {"size": "64KiB", "seed": 3},
         "file_read": {"variants": ["whole"], "caches": ["warm"], "runtimes": ["python"],
                       "measure": {"processes": 1, "values": 1, "warmups": 0, "loops": 1,

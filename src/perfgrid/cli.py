@@ -62,7 +62,29 @@ def _report(args: argparse.Namespace) -> None:
     from perfgrid import report
 
     report.main(Path(args.root), args.experiments, args.html, args.md, args.cv_threshold,
-                args.testfile_facts)
+                args.testfile_facts, args.noise_profile)
+
+
+def _noise(args: argparse.Namespace) -> None:
+    import yaml
+
+    from perfgrid import noiseprofile, settings
+    from perfgrid.paths import REPO, Layout
+
+    path = Path(args.config or REPO / "config" / "config.yaml")
+    try:
+        cfg = settings.validated(yaml.safe_load(path.read_text()) or {}, check_disk=False)
+    except settings.ConfigError as err:
+        raise ValueError(f"{path}: {err}") from None
+    blocks = cfg["noise"]["profile"]["blocks"] if args.blocks is None else args.blocks
+    if blocks == 0:
+        raise ValueError(f"{path}: noise.profile.blocks is 0 (no profile); pass --blocks N")
+    layout = Layout.for_host(cfg["host"], cfg.get("results", "results"))
+    noiseprofile.main(cfg, args.out or str(layout.noise_profile), blocks,
+                      values=noiseprofile.VALUES if args.values is None else args.values,
+                      warmups=noiseprofile.WARMUPS if args.warmups is None else args.warmups,
+                      seed=args.seed,
+                      lock=args.lock or str(layout.bench_lock))
 
 
 def _archive(args: argparse.Namespace) -> None:
@@ -192,7 +214,23 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--md", required=True)
     p.add_argument("--cv-threshold", type=float, default=0.05)
     p.add_argument("--testfile-facts", default="", help="the test file's sidecar JSON")
+    p.add_argument("--noise-profile", default="none",
+                   help="the run's noise.json (perfgrid noise); none: not measured")
     p.set_defaults(func=_report)
+
+    p = sub.add_parser("noise", help="measure this machine's noise level by level on "
+                       "pairs of points the claims compare (perfgrid.noiseprofile)")
+    p.add_argument("--config", help="the run's config: its experiments' pairs, their "
+                   "options and results/<host>/ (default config/config.yaml)")
+    p.add_argument("--blocks", type=int, help="blocks, each both sides of each pair in "
+                   "fresh processes, at least 2 (default: the config's noise.profile.blocks)")
+    p.add_argument("--values", type=int, help="values per process, at least 2 (default 5)")
+    p.add_argument("--warmups", type=int, help="warm-up values per process (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the order within blocks")
+    p.add_argument("--out", help="the JSON to write (default results/<host>/noise.json)")
+    p.add_argument("--lock", help="held while measuring, as benchmark jobs hold it "
+                   "(default results/<host>/.bench.lock)")
+    p.set_defaults(func=_noise)
 
     p = sub.add_parser("archive", help="pack a result set with code, config and a manifest")
     p.add_argument("root", help="results/<host>")

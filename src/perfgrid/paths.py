@@ -70,6 +70,11 @@ class Layout:
         archived)."""
         return self.root / ".perfgrid.lock"
 
+    @property
+    def noise_profile(self) -> Path:
+        """The machine's noise level by level (perfgrid.noiseprofile), measured first."""
+        return self.root / "noise.json"
+
     def native_binary(self, name: str) -> Path:
         return self.root / "bin" / name
 

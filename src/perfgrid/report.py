@@ -380,6 +380,62 @@ def topology_table(machine: dict[str, Any]) -> tuple[str, pd.DataFrame]:
     return text, pd.DataFrame(rows)
 
 
+def _pct(value: Any) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def _num(value: Any, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def noise_table(profile: dict[str, Any] | None) -> tuple[str, pd.DataFrame]:
+    """A sentence on the noise profile (perfgrid.noiseprofile) and one row per pair, each
+    cell ``A / B`` where it is per side; without a profile, why there is none."""
+    if profile is None:
+        return ("Not measured (noise.profile.blocks: 0).", pd.DataFrame())
+    text = (f"Before the benchmarks, {profile['blocks']} blocks each measured both points "
+            f"of each pair back to back in a random order, each in a fresh process of "
+            f"{profile['values']} values after {profile['warmups']} warm-up(s) "
+            f"({profile['seconds']:.0f} s in all; noise.json has every figure). {NOISE_TEXT}")
+    rows = []
+    for name, pair in profile["pairs"].items():
+        if "a_stats" not in pair:
+            rows.append({"pair": name, "A / B": f"{pair['a']} / {pair['b']}",
+                         "note": pair.get("error", "")})
+            continue
+        a, b = pair["a_stats"], pair["b_stats"]
+        rows.append({
+            "pair": name, "A / B": f"{pair['a']} / {pair['b']}",
+            "within-process CV": f"{_pct(a['within_cv'])} / {_pct(b['within_cv'])}",
+            "between-process CV": f"{_pct(a['between_cv'])} / {_pct(b['between_cv'])}",
+            "s per process": f"{a['process_seconds']:.2f} / {b['process_seconds']:.2f}",
+            "KJ values per process": (f"{_num(a['optimal_values'], '.1f')} / "
+                                      f"{_num(b['optimal_values'], '.1f')}"),
+            "log-ratio SD paired / unpaired": (f"{_pct(pair['paired_sd'])} / "
+                                               f"{_pct(pair['unpaired_sd'])}"),
+            "correlation": _num(pair["correlation"], ".2f"),
+            "blocks for +/-5 % paired / unpaired": (
+                f"{_num(pair['blocks_needed_paired'], 'd')} / "
+                f"{_num(pair['blocks_needed_unpaired'], 'd')}"),
+            "note": pair.get("error", ""),
+        })
+    rows += [{"pair": name, "note": f"skipped: {why}"}
+             for name, why in profile["skipped"].items()]
+    frame = pd.DataFrame(rows).fillna("")
+    if not frame["note"].astype(bool).any():
+        frame = frame.drop(columns="note")
+    return text, frame
+
+
+NOISE_TEXT = ("Spreads are standard deviations of log rates (for a few per cent, the "
+              "coefficient of variation). Between-process: of process means over blocks. "
+              "Log-ratio SD paired: of each block's A-over-B log-ratio; unpaired: what a "
+              "ratio of points measured apart would see. Correlation: of A and B over blocks. "
+              "KJ values per process: Kalibera and Jones' optimal count, from the spreads "
+              "and the cost of a value and of a process's start-up (n/a: no "
+              "between-process component seen). Blocks for +/-5 %: paired blocks (or "
+              "unpaired processes per side) a ratio needs for a 95 % interval of +/-5 % "
+              "(t-based).")
 PRECISION_TEXT = ("Precision: points with a 95 % interval, those whose half-width is at most "
                   "3 % of the rate, and, where measure.target_ci is set, the points whose "
                   "interval met the target before the cap (measure.max_seconds) stopped them.")
@@ -410,6 +466,7 @@ def view(data: dict[str, Any]) -> dict[str, Any]:
     """What both templates show, in the order they show it: :func:`build`'s data with the
     topology sentence, the verdict counts and each section's problem tables worked out."""
     topology_text, topology = topology_table(data["machine"])
+    noise_text, noise_frame = noise_table(data.get("noise"))
     sections = []
     for sec in data["sections"]:
         problems = []
@@ -438,6 +495,7 @@ def view(data: dict[str, Any]) -> dict[str, Any]:
                         "css": verdict_css.get(row["verdict"], "inconclusive")}
                        for row in claims.to_dict("records")],
         "precision_text": PRECISION_TEXT, "precision": data["precision"],
+        "noise_text": noise_text, "noise_table": noise_frame,
         "sections": sections,
         "provenance": [(key.replace("_", " "), prov[key]) for key in prov if key != "config"],
         "config": prov["config"],
@@ -484,8 +542,10 @@ def render(data: dict[str, Any]) -> tuple[str, str]:
 
 
 def main(root: Path, experiment_names: list[str], html_path: str, md_path: str,
-         cv_threshold: float, testfile_facts: str = "") -> None:
+         cv_threshold: float, testfile_facts: str = "", noise_profile: str = "none") -> None:
     data = build(root, experiment_names, cv_threshold)
+    if noise_profile not in ("", "none"):  # the run's own profile: missing is an error
+        data["noise"] = json.loads(Path(noise_profile).read_text())
     data["claims_figure"] = claims_figure(data["claim_list"], Layout(root).claims_figure)
     if testfile_facts not in ("", "none") and Path(testfile_facts).exists():
         facts = json.loads(Path(testfile_facts).read_text())

@@ -7,7 +7,7 @@ import shlex
 import sys
 import time
 
-from perfgrid import binding, experiments, jobs, order, settings
+from perfgrid import binding, experiments, jobs, noiseprofile, order, settings
 from perfgrid.paths import ERLANG_SOURCES, NATIVE_SOURCES, Layout
 
 # Snakemake's process holds some 130,000 objects by now (its modules, pandas, numpy),
@@ -227,3 +227,30 @@ def axis_constraints(experiment):
     exp = experiments.get(experiment)
     return {a: r"\d+" if a in exp.int_axes else "[^/]+"
             for a in exp.axes if a not in WILDCARD_CONSTRAINTS}
+
+
+# --- the noise profile (rules/noise.smk) ---------------------------------------------------
+NOISE_BLOCKS = SETTINGS["noise"]["profile"]["blocks"]
+# the noise pairs (perfgrid.noiseprofile) of this run's experiments that this machine can run
+NOISE_PAIRS = [(exp, point) for exp, pair in noiseprofile.declared()
+               if exp.name in SETTINGS["experiments"]
+               and not any(exp.unavailable(p) for p in (pair.a, pair.b))
+               for point in (pair.a, pair.b)]
+
+
+def noise_inputs(wildcards):
+    """Input function (unpack) of the noise profile: the config as used (ancient: a config
+    edit elsewhere does not rerun it), its code, and what a benchmark job of each of its
+    points needs (its files, code and C program)."""
+    out = {"config": ancient(str(LAYOUT.used_config)), "code": f"{SRC}/noiseprofile.py"}
+    for exp, point in NOISE_PAIRS:
+        for name, files in jobs.inputs(exp, point, SETTINGS, LAYOUT, SRC).items():
+            out.setdefault(name, [])
+            out[name] += [f for f in files if f not in out[name]]
+    return out
+
+
+def noise_memory():
+    """The noise profile's ``mem_mb``: the most its points' experiments ask for, if any."""
+    asked = [m for m in (exp.job_mem_mb(SETTINGS) for exp, _ in NOISE_PAIRS) if m is not None]
+    return {"mem_mb": max(asked)} if asked else {}

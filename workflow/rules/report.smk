@@ -49,6 +49,7 @@ rule report:
         machine=LAYOUT.machine,
         skipped=LAYOUT.skipped,
         used_config=LAYOUT.used_config,
+        noise=[LAYOUT.noise_profile] if NOISE_BLOCKS else [],
         code=[f"{SRC}/report.py", f"{SRC}/stats.py", f"{SRC}/analysis/__init__.py",
               f"{SRC}/analysis/scaling.py"]
         + [f"{SRC}/analysis/{e}.py" for e in SETTINGS["experiments"]],
@@ -62,6 +63,7 @@ rule report:
         experiments=SETTINGS["experiments"],
         testfile_facts=TESTFILE + ".json" if settings.uses_testfile(SETTINGS) else "none",
         noise=SETTINGS["noise"],
+        noise_profile=lambda w, input: input.noise[0] if input.noise else "none",
         root=lambda w, input: os.path.dirname(input.machine),
     conda:
         CONDA_ENV
@@ -69,4 +71,5 @@ rule report:
         "python -m perfgrid.cli report --root {params.root:q} "
         "--experiments {params.experiments:q} --cv-threshold {params.noise[cv_threshold]} "
         "--testfile-facts {params.testfile_facts:q} "
+        "--noise-profile {params.noise_profile:q} "
         "--html {output.html:q} --md {output.md:q} > {log:q} 2>&1"

@@ -29,6 +29,18 @@ Metadata = dict[str, str | int | float]
 RUNTIMES = ("python", "native", "erlang")
 
 
+@dataclass(frozen=True)
+class NoisePair:
+    """Two points a claim compares as the ratio ``A / B`` of their rates, measured by the
+    noise profile (perfgrid.noiseprofile) in fresh processes of ``loops`` loops a value."""
+
+    name: str
+    claim: str
+    a: Point
+    b: Point
+    loops: int
+
+
 @dataclass
 class Case:
     """One prepared grid point.
@@ -85,6 +97,9 @@ class Experiment:
     #: the points the claims compare, as partial points (an axis -> a value or a list
     #: of values): they get the ``measure.claims`` repetitions, enough for an interval
     claim_points: ClassVar[tuple[dict[str, Any], ...]] = ()
+    #: two points a claim compares, cheap to measure, whose ratio's noise the profile
+    #: measures before the benchmarks (perfgrid.noiseprofile); None: no pair
+    noise_pair: ClassVar[NoisePair | None] = None
 
     def points(self, section: dict[str, Any], config: dict[str, Any]) -> list[Point]:
         """The grid points of this experiment for its (validated) config section."""

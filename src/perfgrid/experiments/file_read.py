@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pyperf import perf_counter
 
 from perfgrid import binding, erlang, lifetime
-from perfgrid.experiments.base import Case, Experiment, Point, missing_tool
+from perfgrid.experiments.base import Case, Experiment, NoisePair, Point, missing_tool
 from perfgrid.pagecache import CacheState
 
 if TYPE_CHECKING:
@@ -223,6 +223,13 @@ class FileRead(Experiment):
     #: counted (perfgrid.counters): the claim points, and the whole-file read whose page
     #: faults the report's note explains
     counter_points = (*claim_points, {"variant": "whole", "cache": "warm"})
+    #: the noise profile's pair: Python readinto and dd reading the warm file in 1 MiB blocks
+    noise_pair = NoisePair(
+        "file_read 1 MiB warm", "Python readinto vs dd, 1 MiB blocks, warm",
+        {"variant": "readinto", "cache": "warm", "binding": "none", "workers": 1,
+         "block_size": 1 << 20},
+        {"variant": "dd", "cache": "warm", "binding": "none", "workers": 1,
+         "block_size": 1 << 20}, 1)
 
     def points(self, section: dict[str, Any], config: dict[str, Any]) -> list[Point]:
         """Single readers by block size, ``whole`` once, parallel readers by block

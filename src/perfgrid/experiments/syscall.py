@@ -21,7 +21,7 @@ import psutil
 from pyperf import perf_counter
 
 from perfgrid import binding, lifetime
-from perfgrid.experiments.base import Case, Experiment, Metadata, Point, missing_tool
+from perfgrid.experiments.base import Case, Experiment, Metadata, NoisePair, Point, missing_tool
 
 VARIANTS = ("python", "native", "erlang")
 #: why the erlang points are skipped: the seed patched its VM to expose getuid
@@ -280,6 +280,12 @@ class Syscall(Experiment):
                     {"variant": "native", "workers": 1})
     #: counted (perfgrid.counters): the claim points, and unbound getuid beside the bound
     counter_points = (*claim_points, {"call": "getuid", "binding": "none"})
+    #: the noise profile's pair: one Python and one C worker calling getuid on one CPU,
+    #: 5000 loops of 100 calls a value (as config/config.yaml measures them)
+    noise_pair = NoisePair(
+        "syscall getuid", "Python vs C getuid, 1 worker, binding single",
+        {"variant": "python", "call": "getuid", "binding": "single", "workers": 1},
+        {"variant": "native", "call": "getuid", "binding": "single", "workers": 1}, 5000)
     work_unit = "calls"
     rate_unit = "calls/s"
     native_variants = ("native",)
