@@ -139,7 +139,12 @@ def test_a_real_counting_pass_through_the_harness(tmp_path):
     row = aggregate.row_from_result(out)
     assert row["counters"] == "ok", row["counters"]
     assert row["counters_units"] == 200 * 100  # loops x the unrolled calls x one worker
-    assert 0 < row["task_clock_ns_per_unit"] < 1e6  # a getuid is well under a millisecond
+    # each count is over the units of work: times them it gives back the pass's own count,
+    # which for this one-threaded loop is CPU time within the counted loops' wall time (were
+    # start-up and set-up counted, or the count not divided, it would be many times that)
+    counted_s = row["task_clock_ns_per_unit"] * row["counters_units"] / 1e9
+    assert counted_s / row["counters_loops_s"] == pytest.approx(row["cpus_utilized"], rel=0.01)
+    assert 0 < row["cpus_utilized"] <= 1.5
     assert row["ctx_switches_per_unit"] >= 0 and row["page_faults_per_unit"] >= 0
     for event, (column, _) in counters.EVENTS.items():  # counted, or named as not counted
         assert column in row or event in row["counters_unsupported"]
