@@ -98,7 +98,12 @@ def test_why_renders_the_counters_of_the_compared_points():
     line = why(table, ("ctx_switches_per_unit",),
                {**sides, "spread": {"binding": "spread"}})
     assert line.endswith("vs n/a (spread) [spread: perf missing: perf not found on PATH]")
-    assert why(table, ("ctx_switches_per_unit",), {"spread": {"binding": "spread"}}) == ""
+    # nothing counted: no row of n/a; why not where a pass could not run, else nothing
+    assert why(table, ("ctx_switches_per_unit",), {"spread": {"binding": "spread"}}) == (
+        "no counters: perf missing: perf not found on PATH")
+    chosen = table.assign(counters=counters.NOT_COUNTED)
+    assert why(chosen, ("ctx_switches_per_unit",), {"spread": {"binding": "spread"}}) == ""
+    assert why(table, ("ctx_switches_per_unit",), {"compact": {"binding": "compact"}}) == ""
 
 
 def test_bytes_are_counted_per_gib():

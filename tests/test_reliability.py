@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -15,12 +16,13 @@ import types
 from collections.abc import Callable
 from pathlib import Path
 
+import pandas as pd
 import psutil
 import pyperf
 import pytest
 import yaml
 
-from perfgrid import atomic, noise
+from perfgrid import atomic, counters, noise
 
 from helpers import REPO, SNAKEMAKE, write_config
 
@@ -222,8 +224,9 @@ MISSING = {
     "gcc": (["cc", "gcc"], None, "syscall", {
         "variants": ["python", "native"], "calls": ["getuid"], "workers": [1],
         "bindings": ["none"]}, {"native"}),
+    # asyncio and thread: the points of a claim, counted (for the perf-missing test)
     "erl": (["erl", "erlc"], None, "ring", {
-        "variants": ["asyncio", "erlang"], "workers": [2], "bindings": ["none"],
+        "variants": ["asyncio", "thread", "erlang"], "workers": [2], "bindings": ["none"],
         "erlang": {"workers": [2], "bindings": ["none"]}}, {"erlang"}),
     "uvloop": ([], "uvloop", "timers", {
         "variants": ["asyncio", "uvloop"], "seeding": ["independent"], "gc": ["off"],
@@ -231,15 +234,19 @@ MISSING = {
 }
 
 
+#: hidden as well: without perf no point is skipped, the counting passes cannot run
+NO_COUNTING = "perf"
+
+
 @pytest.fixture(scope="module")
 def without_tools(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One run of every MISSING experiment with all of MISSING's tools and modules hidden
-    (each hides a different experiment's rows, so one run serves every case)."""
+    (each hides a different experiment's rows, so one run serves every case), and perf."""
     root = tmp_path_factory.mktemp("missing")
     # a PATH with everything in /usr/local/bin, /usr/bin and /bin but the tools
     hidden = root / "bin"
     hidden.mkdir()
-    tools = {tool for spec in MISSING.values() for tool in spec[0]}
+    tools = {tool for spec in MISSING.values() for tool in spec[0]} | {NO_COUNTING}
     for folder in ("/usr/local/bin", "/usr/bin", "/bin"):
         for name in os.listdir(folder):
             if name not in tools and not (hidden / name).exists():
@@ -277,6 +284,36 @@ def test_missing_tool_rows_are_skipped_with_the_reason(without_tools, missing):
     assert "Skipped points" in report and skipped[0]["reason"] in report
     ran = list((workdir / "results/rel/raw" / experiment).rglob("*.json"))
     assert ran  # the rest of the experiment still ran
+
+
+def test_without_perf_points_are_measured_and_the_report_says_why_not_counted(without_tools):
+    """perf missing: the points chosen for counting are measured as usual, their counters
+    left out (never zeros) with the reason in column ``counters``; the report renders and
+    lists them, and a claim whose points were to be counted says why it has no counters."""
+    workdir = without_tools
+    reason = "perf missing: perf not found on PATH"
+    names = {spec[2] for spec in MISSING.values()}
+    figures = [c for c in counters.COLUMNS if c.endswith("_per_unit")] + [
+        "cpu_sys_share", "cpus_utilized"]
+    uncounted = 0
+    for experiment in sorted(names):
+        table = pd.read_csv(workdir / f"results/rel/tables/{experiment}.csv")
+        missing = table["counters"].str.startswith(reason)
+        assert (missing | table["counters"].str.startswith("not counted")).all(), experiment
+        assert table.loc[missing, "rate"].gt(0).all()
+        assert table.loc[missing, figures].isna().all().all()
+        uncounted += missing.sum()
+    assert uncounted > 0  # measure.counters: claims chose some points
+    md = (workdir / "results/rel/report.md").read_text()
+    html = (workdir / "results/rel/report.html").read_text()
+    assert "### Points whose counting pass did not run" in md and reason in md
+    assert "Points whose counting pass did not run" in html and reason in html
+    claims = md.split("## Claims", 1)[1].split("## Precision", 1)[0]
+    rows = [line for line in claims.splitlines()
+            if line.split(" | ", 1)[0].removeprefix("| ") in names]
+    whys = [re.split(r"(?<!\\)\|", line)[-2].strip() for line in rows]  # the last column
+    assert any(w.startswith(f"no counters: {reason}") for w in whys), whys
+    assert all(w == "" or w.startswith("no counters: ") for w in whys), whys  # no figures
 
 
 def test_busy_machine_is_waited_for_then_flagged():
