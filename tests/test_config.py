@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import copy
+import socket
 
 import pytest
 import yaml
 from snakemake.utils import validate
 
-from perfgrid import settings
+from perfgrid import experiments, settings, testfile
 
 from helpers import REPO, snakemake, write_config
 
@@ -377,15 +378,38 @@ def test_long_messages_are_cut():
 
 
 def test_whole_floats_where_floats_belong_still_pass():
-    check({"http.timeout_s": 300.0, "timers.max_sleep": [1.0], "noise.busy_share": 1})
+    """A number key keeps 300.0 and 1 as written; the same whole float is refused only
+    where a whole number belongs."""
+    cfg = check({"http.timeout_s": 300.0, "timers.max_sleep": [1.0], "noise.busy_share": 1})
+    assert cfg["http"]["timeout_s"] == 300.0
+    assert cfg["noise"]["busy_share"] == 1
+    assert cfg["timers"]["max_sleep"] == [1.0]
+    assert 1.0 in {p["max_sleep"] for p in settings.grid(cfg, "timers")}
+    with pytest.raises(settings.ConfigError,
+                       match=r"^file_read\.block_sizes\[0\]: 4096\.0 is a float"):
+        check({"file_read.block_sizes": [4096.0]})
 
 
-def test_good_configs_pass():
-    for path in (REPO / "config").glob("*.yaml"):
-        config = yaml.safe_load(path.read_text())
-        merged = {**BASE, **config}
-        validate(merged, SCHEMA)
-        settings.effective(merged, check_disk=False)
+CONFIGS = sorted((REPO / "config").glob("*.yaml"))
+#: the seed's experiments, which ``experiments: null`` runs (among any added later)
+SIX = {"file_read", "http", "timers", "ring", "syscall", "spawn"}
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_good_configs_pass(path):
+    """Each shipped config passes, and means what it says: its host, its test file, its
+    experiments (null: all of them), each with a grid."""
+    assert {p.name for p in CONFIGS} >= {"config.yaml", "quick.yaml"}
+    config = yaml.safe_load(path.read_text())
+    merged = {**BASE, **config}
+    validate(merged, SCHEMA)
+    cfg = settings.effective(merged, check_disk=False)
+    assert cfg["host"] == (config.get("host") or socket.gethostname().split(".")[0])
+    assert cfg["testfile"]["size_bytes"] == testfile.parse_size(config["testfile"]["size"])
+    assert set(cfg["experiments"]) == set(config.get("experiments") or experiments.available())
+    assert set(config.get("experiments") or SIX) <= set(cfg["experiments"])
+    for name in cfg["experiments"]:
+        assert settings.grid(cfg, name), f"{path.name}: {name} has no grid point"
 
 
 def test_defaults_fill_a_minimal_config():

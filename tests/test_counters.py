@@ -98,7 +98,12 @@ def test_why_renders_the_counters_of_the_compared_points():
     line = why(table, ("ctx_switches_per_unit",),
                {**sides, "spread": {"binding": "spread"}})
     assert line.endswith("vs n/a (spread) [spread: perf missing: perf not found on PATH]")
-    assert why(table, ("ctx_switches_per_unit",), {"spread": {"binding": "spread"}}) == ""
+    # nothing counted: no row of n/a; why not where a pass could not run, else nothing
+    assert why(table, ("ctx_switches_per_unit",), {"spread": {"binding": "spread"}}) == (
+        "no counters: perf missing: perf not found on PATH")
+    chosen = table.assign(counters=counters.NOT_COUNTED)
+    assert why(chosen, ("ctx_switches_per_unit",), {"spread": {"binding": "spread"}}) == ""
+    assert why(table, ("ctx_switches_per_unit",), {"compact": {"binding": "compact"}}) == ""
 
 
 def test_bytes_are_counted_per_gib():
@@ -139,7 +144,12 @@ def test_a_real_counting_pass_through_the_harness(tmp_path):
     row = aggregate.row_from_result(out)
     assert row["counters"] == "ok", row["counters"]
     assert row["counters_units"] == 200 * 100  # loops x the unrolled calls x one worker
-    assert 0 < row["task_clock_ns_per_unit"] < 1e6  # a getuid is well under a millisecond
+    # each count is over the units of work: times them it gives back the pass's own count,
+    # which for this one-threaded loop is CPU time within the counted loops' wall time (were
+    # start-up and set-up counted, or the count not divided, it would be many times that)
+    counted_s = row["task_clock_ns_per_unit"] * row["counters_units"] / 1e9
+    assert counted_s / row["counters_loops_s"] == pytest.approx(row["cpus_utilized"], rel=0.01)
+    assert 0 < row["cpus_utilized"] <= 1.5
     assert row["ctx_switches_per_unit"] >= 0 and row["page_faults_per_unit"] >= 0
     for event, (column, _) in counters.EVENTS.items():  # counted, or named as not counted
         assert column in row or event in row["counters_unsupported"]

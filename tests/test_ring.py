@@ -67,11 +67,20 @@ def test_thread_ring_pins_members_and_joins_them(bind):
 
 
 @pytest.mark.parametrize("bind", ["none", "single", "spread"])
-def test_pipe_ring_pins_members_and_reaps_them(bind):
+def test_pipe_ring_pins_members_and_reaps_them(bind, monkeypatch):
     saved = sorted(os.sched_getaffinity(0))
     plan = binding.plan(bind, 3)
     ring = ring_rings.PipeRing(plan)
     pids = list(ring.pids)
+    ended: dict[int, int] = {}  # pid -> wait status, as close() reaps it
+    waitpid = os.waitpid
+
+    def noting(pid: int, options: int) -> tuple[int, int]:
+        done, status = waitpid(pid, options)
+        if done:
+            ended[done] = status
+        return done, status
+
     try:
         assert len(pids) == 2
         assert ring.actual == plan
@@ -81,9 +90,17 @@ def test_pipe_ring_pins_members_and_reaps_them(bind):
         after = process_usage(pids)
         assert after.ctx_voluntary - before.ctx_voluntary >= 200  # each member woke per trip
     finally:
+        monkeypatch.setattr(ring_rings.os, "waitpid", noting)
         ring.close()
+        monkeypatch.undo()
     ring.close()  # twice is harmless
-    assert gone(pids, timeout=0.5)
+    # each member left by itself at end of file (exit 0, not killed after the grace), and
+    # close() waited for it: reaped, no child of this process any more
+    assert {pid: os.waitstatus_to_exitcode(s) for pid, s in ended.items()} == dict.fromkeys(
+        pids, 0)
+    for pid in pids:
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
     assert not psutil.Process().children()
     assert sorted(os.sched_getaffinity(0)) == saved
 

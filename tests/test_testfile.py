@@ -1,8 +1,8 @@
 import hashlib
+import json
 import os
 import pathlib
 import re
-import time
 
 import pytest
 
@@ -175,20 +175,26 @@ def test_generation_never_replaces_a_file_that_appears_meanwhile(tmp_path, monke
 
 
 def test_only_the_file_generated_in_this_run_is_removed(tmp_path):
+    """The run's start is compared with the time the record notes, never with the clock
+    now; the other file takes the name while the generated one still exists elsewhere, so
+    it cannot get its inode (nor, made within one clock tick, its mtime)."""
     record = tmp_path / "record.json"
-    started = time.time()
     path = tmp_path / "t.bin"
     testfile.prepare(str(path), 8192, 5, str(tmp_path / "ready.json"), str(record))
-    assert not testfile.remove_generated(record, since=time.time() + 10)  # an older run's
+    generated_at = json.loads(record.read_text())["generated_at"]
+    # a run that started after the file was generated: an older run's file
+    assert not testfile.remove_generated(record, since=generated_at + 1)
     assert path.exists()
-    path.unlink()  # replaced by another file of the same name: not ours
-    path.write_bytes(b"x" * 8192)
-    assert not testfile.remove_generated(record, since=started)
+    path.rename(tmp_path / "moved.bin")  # replaced by another file of the same name: not ours
+    path.write_bytes((tmp_path / "moved.bin").read_bytes())
+    assert not testfile.remove_generated(record, since=generated_at)
     assert path.exists() and not record.exists()
     path.unlink()
     testfile.prepare(str(path), 8192, 5, str(tmp_path / "ready.json"), str(record))
-    assert testfile.remove_generated(record, since=started)
+    since = json.loads(record.read_text())["generated_at"]  # this run started as it wrote
+    assert testfile.remove_generated(record, since=since)
     assert not path.exists() and (tmp_path / "t.bin.json").exists()
+    assert (tmp_path / "moved.bin").exists()  # nor was the moved file touched
 
 
 # --- through Snakemake ---------------------------------------------------------------

@@ -452,7 +452,8 @@ VERDICT_TEXT = ("A verdict is decided by the 95 % interval of the compared quant
                 "drift over the run; one over the processes of one job holds only the noise "
                 "of that moment, and a second run may differ by more. Why: the kernel counters "
                 "(perf stat, in an untimed pass after the timed runs) of the points a claim "
-                "compares, per unit of work; empty where none was counted.")
+                "compares, per unit of work; where none was counted, why not when the "
+                "counting pass could not run (perf missing, not permitted), else empty.")
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;

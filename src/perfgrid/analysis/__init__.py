@@ -139,7 +139,9 @@ def why(table, columns: tuple[str, ...], sides: dict[str, dict]) -> str:
     axes of its rows; several matching rows give their median), per unit of work.
 
     ``per message: context switches 0.002 (single) vs 1.01 (none); ...``. Counts per byte
-    are shown per GiB. Empty where no side was counted.
+    are shown per GiB. Where no side was counted: why not, when a counting pass could not
+    run (``no counters: perf missing: ...``); empty when the config counted none of them
+    or their rows are not in the table.
     """
     from perfgrid import experiments
 
@@ -147,7 +149,7 @@ def why(table, columns: tuple[str, ...], sides: dict[str, dict]) -> str:
         return ""
     unit = experiments.get(str(table["experiment"].iloc[0])).work_unit
     scale, per = PER.get(unit, (1.0, unit.removesuffix("s")))
-    parts, reasons = [], []
+    parts, reasons, causes = [], [], []
     for column in columns:
         shown = []
         for label, where in sides.items():
@@ -155,6 +157,7 @@ def why(table, columns: tuple[str, ...], sides: dict[str, dict]) -> str:
             if math.isnan(value):
                 shown.append(f"n/a ({label})")
                 reasons.append(f"{label}: {reason}")
+                causes.append(reason)
                 continue
             if column.endswith("_per_unit"):
                 value *= scale
@@ -162,8 +165,10 @@ def why(table, columns: tuple[str, ...], sides: dict[str, dict]) -> str:
                     else f"{value:.0%}" if column == "cpu_sys_share" else f"{value:.3g}")
             shown.append(f"{text} ({label})")
         parts.append(f"{COUNTER_NAMES.get(column, column)} {' vs '.join(shown)}")
-    if len(reasons) == len(columns) * len(sides):
-        return ""  # nothing counted: say nothing rather than a row of n/a
+    if len(reasons) == len(columns) * len(sides):  # nothing counted: no row of n/a
+        failed = [c for c in dict.fromkeys(causes)
+                  if c != "no such row" and not c.startswith("not counted")]
+        return f"no counters: {'; '.join(failed)}" if failed else ""
     missing = f" [{'; '.join(dict.fromkeys(reasons))}]" if reasons else ""
     return f"per {per}: {'; '.join(parts)}{missing}"
 
