@@ -248,7 +248,7 @@ def test_rounds_run_in_the_planned_order_and_merge_in_the_table(tmp_path):
     cfg.update(ROUNDS_CONFIG)
     validate(cfg, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
     cfg = settings.effective(cfg, check_disk=False)
-    plan = order.planned(settings.jobs(cfg), True, 5)
+    plan = order.planned(settings.jobs(cfg), True, 5, block=settings.claim_block(cfg))
     axes = get_experiment("syscall").axes
     started = []
     for path in (root / "raw").rglob("*.json"):
