@@ -117,3 +117,39 @@ def test_ratio_of_estimates_combines_both_spreads() -> None:
     lo, hi = ratio.interval()
     assert np.log(hi / lo) / 2 == pytest.approx(0.05 * np.sqrt(2), rel=0.05)
     assert (1 / a).interval() == pytest.approx((1 / a.interval()[1], 1 / a.interval()[0]))
+
+
+def _in_rounds(rate: float, shared: list[float], own: list[float],
+               seed: int) -> stats.Estimate:
+    """A rate measured in len(shared) rounds, one value a round."""
+    times = np.exp(np.add(shared, own)) / rate
+    return stats.rate([[t] for t in times], 1.0, seed=seed,
+                      rounds=list(range(1, len(times) + 1)))
+
+
+def test_a_scale_keeps_the_pairing_and_a_ratio_pairs_round_by_round() -> None:
+    shared = [0.0, 0.3, -0.2, 0.1]
+    a = _in_rounds(2.0, shared, [0.01, -0.01, 0.02, 0.0], seed=1)
+    b = _in_rounds(1.0, shared, [0.0, 0.01, 0.0, -0.01], seed=2)
+    ratio = (a * 1e6) / (b * 1e6)
+    assert ratio.method == stats.METHOD_PAIRED and ratio.df == 3
+    # the drift both share (up to 30 %) cancels: the paired interval is a few percent wide
+    assert ratio.ci_rel < 0.05 < (a / stats.Estimate(b.value, b.dev, b.df, b.method)).ci_rel
+    assert (1e6 / b).blocks.keys() == b.blocks.keys()
+    assert (b * -1.0).blocks is None  # no log of a negative scale: nothing left to pair
+
+
+def test_bounds_arithmetic_splits_the_error_rate() -> None:
+    a, b = _exact(2.0, 0.1), _exact(4.0, 0.1)
+    best = stats.reduce([a, b], np.max)
+    assert isinstance(best, stats.Bounds) and best.value == 4.0
+    lo, hi = best.interval()
+    # the lower end takes both rows at alpha / 2, the upper end the best row's own interval
+    assert lo == pytest.approx(b.interval(0.975)[0]) and hi == pytest.approx(b.interval()[1])
+    inverse = 1.0 / best
+    assert inverse.value == 0.25 and inverse.interval() == pytest.approx((1 / hi, 1 / lo))
+    ratio = best / a
+    rlo, rhi = ratio.interval()
+    assert rlo == pytest.approx(best.interval(0.975)[0] / a.interval(0.975)[1])
+    assert rhi == pytest.approx(best.interval(0.975)[1] / a.interval(0.975)[0])
+    assert stats.reduce([a], np.max) is a  # one row is that row

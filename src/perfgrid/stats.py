@@ -116,8 +116,9 @@ class Estimate:
     # -- arithmetic: scalars scale, estimates combine replicate by replicate --
     def _map(self, value: float, dev: np.ndarray | None, shift: float = 0.0,
              sign: int = 1) -> Estimate:
-        """The same estimate scaled: blocks become ``sign * block + shift`` (log scale)."""
-        blocks = None if self.blocks is None else {
+        """The same estimate scaled: blocks become ``sign * block + shift`` (log scale); a
+        scale that is not positive (no log) leaves no blocks to pair."""
+        blocks = None if self.blocks is None or not np.isfinite(shift) else {
             k: sign * v + shift for k, v in self.blocks.items()}
         return Estimate(value, dev, self.df, self.method, self.reason, blocks)
 
@@ -126,7 +127,7 @@ class Estimate:
             return NotImplemented
         if isinstance(other, Estimate):
             return _combine(self, other, +1)
-        return self._map(self.value * float(other), self.dev, float(np.log(float(other))))
+        return self._map(self.value * float(other), self.dev, _log(other))
 
     __rmul__ = __mul__
 
@@ -135,11 +136,11 @@ class Estimate:
             return NotImplemented
         if isinstance(other, Estimate):
             return _combine(self, other, -1)
-        return self._map(self.value / float(other), self.dev, -float(np.log(float(other))))
+        return self._map(self.value / float(other), self.dev, -_log(other))
 
     def __rtruediv__(self, other: float) -> Estimate:
         dev = None if self.dev is None else -self.dev
-        return self._map(float(other) / self.value, dev, float(np.log(float(other))), -1)
+        return self._map(float(other) / self.value, dev, _log(other), -1)
 
     def __float__(self) -> float:
         return self.value
@@ -154,6 +155,12 @@ class Estimate:
         if bounds is None:
             return f"{text} [no interval: {self.reason or 'one value'}]"
         return f"{text} [{bounds[0]:{spec}}, {bounds[1]:{spec}}]"
+
+
+def _log(k: float) -> float:
+    """The log of a scale factor; NaN where it has none (zero, negative, NaN)."""
+    k = float(k)
+    return float(np.log(k)) if k > 0 else float("nan")
 
 
 def _satterthwaite(parts: Sequence[Estimate]) -> float:
@@ -301,7 +308,8 @@ def _over(k: float, bounds: Interval | None) -> Interval | None:
 
 #: reductions :func:`reduce` knows, by the one-sided error each end must spend on each row
 #: (``1``: one row's own interval bounds this end; ``k``: all K rows at once)
-_ONE_ROW = {"max": (False, True), "min": (True, False)}
+_ONE_ROW = {"max": (False, True), "amax": (False, True), "nanmax": (False, True),
+            "min": (True, False), "amin": (True, False), "nanmin": (True, False)}
 
 
 def reduce(parts: Sequence[Estimate | Bounds],
