@@ -80,16 +80,18 @@ TWO_POINTS = (("read", 4, 3), ("dd", 1, 1))
 
 
 def result_folder(root: Path, host: str, speed: float,
-                  points: tuple[tuple[str, int, int], ...] = TWO_POINTS) -> Path:
+                  points: tuple[tuple[str, int, int], ...] = TWO_POINTS,
+                  workers: tuple[int, ...] = (1,)) -> Path:
     """results/<host> under ``root`` with raw pyperf files and the file_read table built
     from them, as the pipeline writes them: by default two points, ``read`` in 4
     processes of 3 values at ``speed`` times a base rate, ``dd`` measured once (not
-    testable in a comparison)."""
+    testable in a comparison); each at every worker count of ``workers`` (as ``workers: auto``
+    gives on machines of different CPU counts), the rate growing as ``count ** 0.8``."""
     layout = Layout.for_host(host, "results")
     rng = np.random.default_rng(len(host))
     paths = []
-    for variant, processes, values in points:
-        pt = {"variant": variant, "cache": "warm", "binding": "none", "workers": 1,
+    for (variant, processes, values), count in [(p, w) for p in points for w in workers]:
+        pt = {"variant": variant, "cache": "warm", "binding": "none", "workers": count,
               "block_size": 65536}
         path = root / layout.raw_result("file_read", pt, get("file_read").axes)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -98,7 +100,7 @@ def result_folder(root: Path, host: str, speed: float,
                 "perfgrid_runtime": get("file_read").runtime(pt),
                 "perfgrid_work_per_loop": 1 << 20,
                 **{f"perfgrid_{k}": v for k, v in pt.items()}}
-        runs = [pyperf.Run(list(0.01 / speed * np.exp(rng.normal(0, 0.01, values))),
+        runs = [pyperf.Run(list(0.01 / (speed * count**0.8) * np.exp(rng.normal(0, 0.01, values))),
                            metadata=meta, collect_metadata=False) for _ in range(processes)]
         pyperf.Benchmark(runs).dump(str(path))
         paths.append(path)

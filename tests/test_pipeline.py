@@ -9,7 +9,7 @@ import pyperf
 import pytest
 import yaml
 
-from perfgrid import experiments
+from perfgrid import experiments, report
 from perfgrid.analysis import VERDICTS
 
 from helpers import CONFIG, SNAKEMAKE, edited, job_counts, run
@@ -72,6 +72,11 @@ def test_every_grid_point_reaches_the_table_and_report(tree):
     flagged = md.split("### Flagged points", 1)[1].split("\n#", 1)[0]
     assert flagged.count("CV above 0%") == (table["cv"] > 1e-9).sum() > 0
     assert "Verdicts: " in md and "claims.png" in md
+    # the same claims, machine-readable, for perfgrid gallery: verdicts and intervals
+    claims = report.read_claims(tree / "results/tiny/claims.csv")
+    assert [c.verdict for c in claims] == [
+        next(v for v in VERDICTS if f"| {v} |" in line) for line in claim_rows]
+    assert all(c.ci_low <= c.value <= c.ci_high for c in claims)
     assert html.count("data:image/png;base64,") == 3  # the claims figure and two plots
     assert "http://" not in html and "https://" not in html
     # the noise profile ran first (the run's experiments' pairs: file_read's) and is reported

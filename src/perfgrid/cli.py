@@ -117,6 +117,14 @@ def _compare(args: argparse.Namespace) -> None:
     print(f"comparison written to {args.out}")
 
 
+def _gallery(args: argparse.Namespace) -> None:
+    from perfgrid import gallery
+
+    data = gallery.gallery(args.sources, Path(args.out))
+    print(f"gallery: {len(data['claims'])} claims on {len(data['hosts'])} machines "
+          f"({', '.join(data['hosts'])}) -> {Path(args.out) / 'index.html'}")
+
+
 def _aa(args: argparse.Namespace) -> None:
     """Run one config twice under two labels and compare: the machine's noise floor."""
     import subprocess
@@ -251,6 +259,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("b", help="results/<host> or an archive")
     p.add_argument("--out", default="results/compare", help="output folder")
     p.set_defaults(func=_compare)
+
+    p = sub.add_parser("gallery", help="one static site for two or more machines: every "
+                       "claim on every machine, pooled over them (folders or archives)")
+    p.add_argument("sources", nargs="+", help="results/<host> folders or archives")
+    p.add_argument("-o", "--out", required=True, help="the site's folder (new, empty, or an "
+                   "earlier gallery)")
+    p.set_defaults(func=_gallery)
 
     p = sub.add_parser("aa", help="run one config twice (two labels) and compare: the noise "
                        "floor of this machine")

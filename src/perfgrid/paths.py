@@ -190,3 +190,8 @@ class Layout:
     @property
     def report_md(self) -> Path:
         return self.root / "report.md"
+
+    @property
+    def claims_table(self) -> Path:
+        """Every claim as a row (``Claim.as_row``): what ``perfgrid gallery`` reads."""
+        return self.root / "claims.csv"

@@ -20,7 +20,7 @@ from markupsafe import Markup
 from perfgrid import counters, experiments, gitinfo
 from perfgrid.aggregate import read_table
 from perfgrid.analysis import VERDICTS, Claim, literal, module
-from perfgrid.atomic import write_text
+from perfgrid.atomic import atomic_path, write_text
 from perfgrid.paths import Layout
 from perfgrid.topology import format_cpu_list, parse_cpu_list
 
@@ -69,6 +69,11 @@ def verdict_counts(claims: pd.DataFrame) -> str:
     return ", ".join(f"{int(counts.get(v, 0))} {v}" for v in VERDICTS)
 
 
+#: each verdict's colour in a figure (the report's claims figure, the gallery's forest plots)
+VERDICT_COLOURS = {"reproduced": "tab:green", "not reproduced": "tab:red",
+                   "at the threshold": "tab:blue", "inconclusive": "tab:orange"}
+
+
 def claims_figure(claims: list[Claim], path: Path) -> Path:
     """Every claim's interval against its threshold, coloured by verdict (PNG and SVG).
 
@@ -82,8 +87,7 @@ def claims_figure(claims: list[Claim], path: Path) -> Path:
     import matplotlib.ticker
     import numpy as np
 
-    colours = {"reproduced": "tab:green", "not reproduced": "tab:red",
-               "at the threshold": "tab:blue", "inconclusive": "tab:orange"}
+    colours = VERDICT_COLOURS
     fig, ax = plt.subplots(figsize=(8, 0.28 * max(len(claims), 1) + 1.4))
     labels = []
     for i, claim in enumerate(reversed(claims)):
@@ -265,13 +269,46 @@ def extra_tables(analysis: Any, table: pd.DataFrame, plot_dir: Path,
 
 CLAIM_COLUMNS = ["experiment", "hypothesis", "criterion", "measured", "verdict", "runtime",
                  "reason", "why"]
+#: the columns of ``claims.csv``: every field of :class:`Claim`, in its order
+CLAIM_FIELDS = ["experiment", "hypothesis", "criterion", "measured", "verdict", "runtime",
+                "reason", "value", "ci_low", "ci_high", "op", "threshold", "unit", "why"]
 
 
 def _claims_frame(claims: list[Claim]) -> pd.DataFrame:
-    return pd.DataFrame([c.as_row() for c in claims],
-                        columns=["experiment", "hypothesis", "criterion", "measured",
-                                 "verdict", "runtime", "reason", "value", "ci_low", "ci_high",
-                                 "op", "threshold", "unit", "why"])
+    return pd.DataFrame([c.as_row() for c in claims], columns=CLAIM_FIELDS)
+
+
+def write_claims(claims: pd.DataFrame, path: Path) -> None:
+    """``claims.csv``: every claim with its compared value, interval and threshold, so
+    that other machines' claims can be set beside these (``perfgrid gallery``)."""
+    with atomic_path(path) as tmp:
+        claims[CLAIM_FIELDS].to_csv(tmp, index=False)
+
+
+def read_claims(path: Path) -> list[Claim]:
+    """The claims of a ``claims.csv`` (:func:`write_claims`); ValueError naming the file
+    and the row where a column is missing or a verdict or number is not one."""
+    import csv
+
+    try:
+        with open(path, newline="") as handle:
+            reader = csv.DictReader(handle)
+            missing = [c for c in CLAIM_FIELDS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
+            rows = list(reader)
+    except (UnicodeDecodeError, csv.Error) as err:
+        raise ValueError(f"{path}: not a readable claims table ({err})") from None
+    numbers = ("value", "ci_low", "ci_high", "threshold")
+    claims = []
+    for number, row in enumerate(rows, 2):
+        try:
+            fields = {k: (float(row[k]) if row[k] else float("nan")) if k in numbers
+                      else row[k] for k in CLAIM_FIELDS}
+            claims.append(Claim(**fields))
+        except ValueError as err:
+            raise ValueError(f"{path} line {number}: {err}") from None
+    return claims
 
 
 def build(root: Path, experiment_names: list[str], cv_threshold: float) -> dict[str, Any]:
@@ -554,6 +591,7 @@ def main(root: Path, experiment_names: list[str], html_path: str, md_path: str,
             f"{facts['size']:,} bytes, seed {facts['seed']}, sha256 {facts['sha256']}, "
             f"generated at {facts['bytes_per_s'] / 1e9:.2f} GB/s")
     md, page = render(data)
+    write_claims(data["claims"], Layout(root).claims_table)
     write_text(md_path, md)
     write_text(html_path, page)
     print(f"report: {len(data['claims'])} claims over {len(experiment_names)} experiments")

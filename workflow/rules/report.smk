@@ -57,6 +57,7 @@ rule report:
         html=report(LAYOUT.report_html, caption="../report/report.rst", category="report"),
         md=LAYOUT.report_md,
         claims=LAYOUT.claims_figure,
+        claims_table=LAYOUT.claims_table,
     log:
         LAYOUT.log("report.log"),
     params:
