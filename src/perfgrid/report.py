@@ -8,6 +8,7 @@ tables by the experiment's analysis module; nothing here is hard-coded.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -268,10 +269,11 @@ def extra_tables(analysis: Any, table: pd.DataFrame, plot_dir: Path,
 
 
 CLAIM_COLUMNS = ["experiment", "hypothesis", "criterion", "measured", "verdict", "runtime",
-                 "reason", "why"]
+                 "reason", "basis", "why"]
 #: the columns of ``claims.csv``: every field of :class:`Claim`, in its order
-CLAIM_FIELDS = ["experiment", "hypothesis", "criterion", "measured", "verdict", "runtime",
-                "reason", "value", "ci_low", "ci_high", "op", "threshold", "unit", "why"]
+CLAIM_FIELDS = [f.name for f in dataclasses.fields(Claim)]
+#: columns a ``claims.csv`` of an older perfgrid may lack (read as empty)
+OPTIONAL_CLAIM_FIELDS = ("basis",)
 
 
 def _claims_frame(claims: list[Claim]) -> pd.DataFrame:
@@ -293,7 +295,8 @@ def read_claims(path: Path) -> list[Claim]:
     try:
         with open(path, newline="") as handle:
             reader = csv.DictReader(handle)
-            missing = [c for c in CLAIM_FIELDS if c not in (reader.fieldnames or [])]
+            missing = [c for c in CLAIM_FIELDS if c not in (reader.fieldnames or [])
+                       and c not in OPTIONAL_CLAIM_FIELDS]
             if missing:
                 raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
             rows = list(reader)
@@ -304,7 +307,7 @@ def read_claims(path: Path) -> list[Claim]:
     for number, row in enumerate(rows, 2):
         try:
             fields = {k: (float(row[k]) if row[k] else float("nan")) if k in numbers
-                      else row[k] for k in CLAIM_FIELDS}
+                      else row.get(k) or "" for k in CLAIM_FIELDS}
             claims.append(Claim(**fields))
         except ValueError as err:
             raise ValueError(f"{path} line {number}: {err}") from None

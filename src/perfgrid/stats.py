@@ -227,11 +227,13 @@ class Bounds:
     blocks = None
 
     def __init__(self, value: float, bounds: Callable[[float], Interval | None],
-                 method: str = METHOD_BOUNDS, reason: str = "") -> None:
+                 method: str = METHOD_BOUNDS, reason: str = "", basis: str = "") -> None:
         self.value = float(value)
         self._bounds = bounds
         self.method = method
         self.reason = reason
+        #: what the interval rests on, in words (:func:`basis`)
+        self.basis = basis
 
     def interval(self, level: float = LEVEL) -> Interval | None:
         if not (np.isfinite(self.value) and self.value > 0):
@@ -257,9 +259,9 @@ class Bounds:
             k = float(other)
             if flip:
                 return Bounds(k / self.value, lambda lv: _over(k, self.interval(lv)),
-                              self.method, self.reason)
+                              self.method, self.reason, self.basis)
             return Bounds(self.value * k ** sign, lambda lv: _scale(self.interval(lv), k, sign),
-                          self.method, self.reason)
+                          self.method, self.reason, self.basis)
         a, b = (other, self) if flip else (self, other)
         value = a.value * b.value ** sign
         if not (a.has_interval and b.has_interval):
@@ -274,7 +276,7 @@ class Bounds:
                 return ia[0] * ib[0], ia[1] * ib[1]
             return ia[0] / ib[1], ia[1] / ib[0]
 
-        return Bounds(value, bounds)
+        return Bounds(value, bounds, basis="; ".join(basis(q) for q in (a, b)))
 
     def __mul__(self, other: float | Estimate | Bounds) -> Bounds:
         return self._with(other, +1)
@@ -345,7 +347,24 @@ def reduce(parts: Sequence[Estimate | Bounds],
             ends.append(float(how(np.array([f[end] for f in found]))))
         return ends[0], ends[1]
 
-    return Bounds(value, bounds)
+    name = getattr(how, "__name__", "reduction").removeprefix("a").removeprefix("nan")
+    return Bounds(value, bounds, basis=f"{name} of {k} rows, simultaneous bounds "
+                                       f"(each row: {basis(parts[0])})")
+
+
+def basis(quantity: Estimate | Bounds) -> str:
+    """What a quantity's interval rests on, in words, for the report's claims table:
+    ``paired over 3 rounds``, ``max of 8 rows, simultaneous bounds (...)``."""
+    if isinstance(quantity, Bounds):
+        return quantity.basis or quantity.method
+    if not quantity.has_interval:
+        return "no interval"
+    if quantity.method == METHOD_PAIRED and quantity.blocks:
+        return f"paired over {len(quantity.blocks)} rounds (t, {len(quantity.blocks) - 1} df)"
+    if quantity.method == METHOD_VALUES:
+        return "one process: within-process noise only"
+    level = "rounds" if quantity.method == METHOD_ROUNDS else "processes"
+    return f"over {level}, {quantity.df:.3g} df"
 
 
 # -- from raw values ---------------------------------------------------------

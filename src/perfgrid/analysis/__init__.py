@@ -21,7 +21,7 @@ from types import ModuleType
 
 import numpy as np
 
-from perfgrid.stats import Estimate, decide, reduce
+from perfgrid.stats import Estimate, basis, decide, reduce
 
 VERDICTS = ("reproduced", "not reproduced", "at the threshold", "inconclusive")
 
@@ -46,6 +46,8 @@ class Claim:
     unit: str = ""
     #: the kernel counters of the compared points, per unit of work (:func:`why`)
     why: str = ""
+    #: what the interval rests on: paired rounds, rows reduced, processes (stats.basis)
+    basis: str = ""
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -68,7 +70,7 @@ def judged(experiment: str, hypothesis: str, criterion: str, quantity: Estimate,
     measured = quantity.show(spec, unit) + (f" {detail}" if detail else "")
     return Claim(experiment, hypothesis, criterion, measured, verdict, runtime,
                  f"{reason}; {note}" if note else reason, float(quantity.value),
-                 bounds[0], bounds[1], op, float(threshold), unit, why)
+                 bounds[0], bounds[1], op, float(threshold), unit, why, basis(quantity))
 
 
 def all_of(verdicts: list[str]) -> str:
