@@ -166,7 +166,7 @@ CONFIG = {
 def copy_workflow(root: Path, config: dict | None = CONFIG) -> Path:
     """A copy of the workflow under ``root`` (so tests may edit it), with ``config`` as
     ``tiny.yaml`` (none with None)."""
-    for name in ("Snakefile", "workflow", "config", "profiles", "src"):
+    for name in ("Snakefile", "workflow", "config", "profiles", "src", "CITATION.cff"):
         src = REPO / name
         if src.is_dir():
             shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__"))

@@ -136,3 +136,29 @@ def test_identical_values_give_no_interval_and_say_why(tmp_path):
     row = aggregate.build_table("file_read", [path]).iloc[0]
     assert row["ci_method"] == "none" and row["ci_reason"] == "all values identical: spread unknown"
     assert pd.isna(row["rate_ci_low"]) and row["cv"] == 0
+
+
+def test_a_table_rebuilt_elsewhere_names_its_results_as_the_run_did(tmp_path, monkeypatch):
+    """Rebuilt from a copy (an extracted archive), with ``recorded_as`` the table is the
+    run's own, result_file and the intervals seeded by it alike; without, both follow the
+    copy's path."""
+    pt = point("read")
+    path = tmp_path / LAYOUT.raw_result("file_read", pt, EXP.axes)
+    path.parent.mkdir(parents=True)
+    meta = {"name": "x", "loops": 1, "perfgrid_experiment": "file_read",
+            "perfgrid_point": json.dumps(pt, sort_keys=True), "perfgrid_runtime": "python",
+            "perfgrid_work_per_loop": 1000}
+    pyperf.Benchmark([pyperf.Run(g, metadata=meta, collect_metadata=False) for g in
+                      ([0.1, 0.3], [0.2, 0.25], [0.3, 0.5])]).dump(str(path))
+    monkeypatch.chdir(tmp_path)
+    ran = aggregate.build_table("file_read", [LAYOUT.raw_result("file_read", pt, EXP.axes)])
+    copy = tmp_path / "elsewhere" / "tiny"
+    shutil.copytree(tmp_path / "results" / "tiny", copy)
+    moved = copy / "raw/file_read" / path.relative_to(tmp_path / "results/tiny/raw/file_read")
+    rebuilt = aggregate.build_table(
+        "file_read", [moved], recorded_as=lambda p: str(Path("results/tiny") /
+                                                         Path(p).relative_to(copy)))
+    pd.testing.assert_frame_equal(rebuilt, ran)
+    plain = aggregate.build_table("file_read", [moved])
+    assert plain.loc[0, "result_file"] == str(moved) != ran.loc[0, "result_file"]
+    assert plain.loc[0, "rate_ci_low"] != ran.loc[0, "rate_ci_low"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -18,12 +19,16 @@ import tarfile
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import unquote
 
 import pandas as pd
 import pyperf
 import pytest
+import yaml
 
-from perfgrid import archive
+from perfgrid import archive, crate
+
+from helpers import need
 
 TOP = "perfgrid-h-20260101-abc"
 FILES = {
@@ -418,3 +423,242 @@ def test_create_never_follows_a_symlink_and_names_what_it_left_out(tmp_path, cap
     assert archive.verify(made) == []  # the list is in the manifest like any member
     top = archive.extract(made, tmp_path / "x")
     assert sorted((top / archive.LEFT_OUT).read_text().splitlines()) == expected
+
+
+# the RO-Crate inside an archive, the archive's own SHA-256, and a report from an archive
+
+RUN_START = 1_700_000_000.0
+MACHINE = {"python": "3.99.1", "python_implementation": "CPython", "kernel": "9.9.9-recorded",
+           "cpu_model": "Recorded CPU", "cpus_logical": 2,
+           "packages": {"snakemake": "9.99.0", "pyperf": "2.99.0"},
+           "tools": {"cc": "cc (recorded) 99.1", "dd": "dd (coreutils) 99.2", "fio": None,
+                     "erl": "99 (erts 1.2)", "ab": None, "perf": None}}
+CRATE_TABLE = "results/h/tables/file_read.csv"
+CRATE_RAW = "results/h/raw/file_read/variant=read.json"
+
+
+def crate_result_set(root: Path) -> Path:
+    """``results/h`` as the pipeline leaves it, in miniature, with versions no machine has."""
+    files = {
+        "machine.json": json.dumps(MACHINE),
+        "run.json": json.dumps({"started": RUN_START, "snakemake": "9.99.0"}),
+        "config.used.yaml": "host: h\n",
+        "tables/file_read.csv": f"variant,started,finished\nread,{RUN_START + 100},"
+                                f"{RUN_START + 200}\n",
+        "raw/file_read/variant=read.json": '{"benchmarks": []}\n',
+        "report.md": "# perfgrid report: h\n",
+        "logs/machine.log": "machine: ok\n",
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> Path:
+    """An archive made by ``perfgrid archive`` (the command line) of a miniature result set."""
+    tmp = tmp_path_factory.mktemp("crate")
+    root = crate_result_set(tmp / "results" / "h")
+    out = tmp / "out" / "perfgrid-h-test.tar.gz"
+    done = cli("archive", str(root), str(out))
+    assert done.returncode == 0, done.stderr
+    digest = hashlib.sha256(out.read_bytes()).hexdigest()
+    assert f"archive: sha256 {digest}" in done.stdout
+    return out
+
+
+def test_the_sha256_beside_the_archive_is_what_sha256sum_says(made):
+    need("sha256sum")
+    assert archive.sidecar(made) == made.with_name(made.name + ".sha256")
+    printed = subprocess.run(["sha256sum", made.name], cwd=made.parent, capture_output=True,
+                             text=True, check=True).stdout
+    assert archive.sidecar(made).read_text() == printed
+    check = subprocess.run(["sha256sum", "-c", archive.sidecar(made).name], cwd=made.parent,
+                           capture_output=True, text=True)
+    assert check.returncode == 0 and f"{made.name}: OK" in check.stdout
+
+
+def ids(value) -> set[str]:
+    """The ids a property refers to: entities of the crate, or ids it does not describe."""
+    items = value if isinstance(value, list) else [value]
+    return {e if isinstance(e, str) else e["@id"] if isinstance(e, dict) else e.id
+            for e in items}
+
+
+def test_the_crate_reads_back_with_the_profiles_entities_and_every_files_hash(made, tmp_path):
+    from rocrate.rocrate import ROCrate
+
+    assert archive.verify(made) == []
+    top = archive.extract(made, tmp_path / "x")
+    ro = ROCrate(top)
+    # the profiles: Process Run, Workflow Run (0.5) and Workflow RO-Crate
+    assert ids(ro.root_dataset["conformsTo"]) >= {crate.PROCESS_RUN, crate.WORKFLOW_RUN,
+                                                  crate.WORKFLOW_RO_CRATE}
+    assert "https://w3id.org/ro/crate/1.1" in ids(ro.metadata["conformsTo"])
+    # the main entity: the Snakefile, a ComputationalWorkflow with its rules as parts
+    workflow = ro.mainEntity
+    assert workflow.id == "Snakefile"
+    assert {"File", "SoftwareSourceCode", "ComputationalWorkflow"} <= set(workflow.type)
+    assert "workflow/rules/archive.smk" in ids(workflow["hasPart"])
+    assert workflow["programmingLanguage"]["version"] == "9.99.0"
+    # one run: instrument, object (config, host label), result (raw, tables, report)
+    (action,) = ro.get_by_type("CreateAction")
+    assert ids(ro.root_dataset["mentions"]) == {action.id}
+    assert action["instrument"].id == "Snakefile"
+    assert "results/h/config.used.yaml" in ids(action["object"])
+    assert any(getattr(o, "get", lambda k: None)("value") == "h" for o in action["object"])
+    results = ids(action["result"])
+    assert {"results/h/tables/file_read.csv", "results/h/report.md",
+            "results/h/raw/file_read/variant%3Dread.json"} <= results
+    assert "results/h/machine.json" not in results
+    assert ro.get("results/h/machine.json")["about"].id == action.id
+    assert action["startTime"] == "2023-11-14T22:13:20+00:00"  # run.json's start
+    assert action["endTime"] >= action["startTime"]
+    # the software that ran, as the result set recorded it (no machine has these versions)
+    versions = {app["name"]: app["softwareVersion"] for app in workflow["softwareRequirements"]}
+    assert versions["Python (CPython)"] == "3.99.1"
+    assert versions["Linux kernel"] == "9.9.9-recorded"
+    assert versions["snakemake"] == "9.99.0" and versions["pyperf"] == "2.99.0"
+    assert versions["C compiler (cc)"] == "cc (recorded) 99.1"
+    assert versions["dd"] == "dd (coreutils) 99.2" and versions["Erlang/OTP"] == "99 (erts 1.2)"
+    assert "fio" not in versions  # not on PATH where it ran
+    # licence and authors from CITATION.cff
+    cff = yaml.safe_load((archive.REPO / "CITATION.cff").read_text())
+    assert ro.root_dataset["license"].id == f"https://spdx.org/licenses/{cff['license']}"
+    assert [a["name"] for a in ro.root_dataset["author"]] == [
+        a.get("name") or f"{a['given-names']} {a['family-names']}" for a in cff["authors"]]
+    # every file: in the crate with its size and SHA-256, and every File entity a file
+    on_disk = {str(p.relative_to(top)) for p in top.rglob("*") if p.is_file()}
+    listed = {}
+    for entity in ro.get_by_type("File"):
+        name = unquote(entity.id)
+        data = (top / name).read_bytes()
+        assert entity["sha256"] == hashlib.sha256(data).hexdigest(), name
+        assert int(entity["contentSize"]) == len(data), name
+        listed[name] = entity
+    assert set(listed) == on_disk - {crate.NAME, archive.MANIFEST}
+    # the manifest covers the crate
+    assert f"  {crate.NAME}" in (top / archive.MANIFEST).read_text()
+
+
+def rewritten(made: Path, dest: Path, edit=None, crate_bytes: bytes | None = None,
+              extra: dict[str, bytes] | None = None, rehash: bool = True) -> Path:
+    """``made`` with its crate edited (``edit(graph)``) or replaced, and ``extra`` files
+    added; the manifest updated to match (``rehash``), so only the crate check can tell."""
+    with tarfile.open(made) as src:
+        members = [(m, src.extractfile(m).read() if m.isfile() else None) for m in src]
+    top = members[0][0].name.split("/")[0]
+    out = []
+    lines = None
+    for info, data in members:
+        relative = info.name.split("/", 1)[-1]
+        if relative == crate.NAME:
+            if crate_bytes is None:
+                doc = json.loads(data)
+                edit(doc["@graph"])
+                crate_bytes = json.dumps(doc, indent=2).encode()
+            data, info.size = crate_bytes, len(crate_bytes)
+        if relative == archive.MANIFEST:
+            lines = data.decode().splitlines()
+            continue
+        out.append((info, data))
+    assert lines is not None
+    if rehash:
+        lines = [f"{hashlib.sha256(crate_bytes).hexdigest()}  {crate.NAME}"
+                 if line.endswith(f"  {crate.NAME}") else line for line in lines]
+    for name, data in (extra or {}).items():
+        out.append(regular(f"{top}/{name}", data))
+        lines.append(f"{hashlib.sha256(data).hexdigest()}  {name}")
+    out.append(regular(f"{top}/{archive.MANIFEST}", ("\n".join(lines) + "\n").encode()))
+    return write(dest, out)
+
+
+def entity(graph: list, name: str) -> dict:
+    (found,) = [e for e in graph if unquote(e["@id"]) == name]
+    return found
+
+
+def _set(graph, name, key, value):
+    entity(graph, name)[key] = value
+
+
+# name -> (rewrites the made archive at the path given, the problems verify must find)
+CRATE_CASES: dict[str, tuple[Callable[[Path, Path], object], list[str]]] = {
+    "a checksum in the crate altered": (
+        lambda m, p: rewritten(m, p, lambda g: _set(g, CRATE_TABLE, "sha256", "0" * 64)),
+        [f"{crate.NAME} sha256 disagrees with the file: {CRATE_TABLE}"]),
+    "a size in the crate altered": (
+        lambda m, p: rewritten(m, p, lambda g: _set(g, CRATE_TABLE, "contentSize", "999")),
+        [f"{crate.NAME} contentSize '999' disagrees with the file (56 bytes): {CRATE_TABLE}"]),
+    "a file in the crate, not in the archive": (
+        lambda m, p: rewritten(m, p, lambda g: g.append(
+            {"@id": "results/h/tables/ghost.csv", "@type": "File", "contentSize": "1",
+             "sha256": "0" * 64})),
+        [f"in {crate.NAME}, not in the archive: results/h/tables/ghost.csv"]),
+    "an archived file left out of the crate": (
+        lambda m, p: rewritten(m, p, lambda g: g.remove(entity(g, CRATE_RAW))),
+        [f"in the archive, not in {crate.NAME}: {CRATE_RAW}"]),
+    "a file added to the archive and its manifest, not to the crate": (
+        lambda m, p: rewritten(m, p, lambda g: None, extra={"results/h/tables/x.csv": b"x\n"}),
+        [f"in the archive, not in {crate.NAME}: results/h/tables/x.csv"]),
+    "a crate file outside the archive": (
+        lambda m, p: rewritten(m, p, lambda g: g.append(
+            {"@id": "../outside.txt", "@type": "File"})),
+        [f"{crate.NAME} lists a file outside the archive: ../outside.txt"]),
+    "a crate that is not JSON": (
+        lambda m, p: rewritten(m, p, crate_bytes=b"{not json"),
+        [f"{crate.NAME}: not RO-Crate JSON-LD (JSONDecodeError: Expecting property name "
+         f"enclosed in double quotes: line 1 column 2 (char 1))"]),
+    "a crate altered, its manifest line not": (
+        lambda m, p: rewritten(m, p, lambda g: _set(g, CRATE_TABLE, "sha256", "0" * 64),
+                               rehash=False),
+        [f"changed: {crate.NAME}", f"{crate.NAME} sha256 disagrees with the file: "
+                                   f"{CRATE_TABLE}"]),
+    # the bytes altered, manifest and crate as made: said once, by the manifest
+    "a table's byte altered": (
+        lambda m, p: write(p, [(info, altered(data) if info.name.endswith(CRATE_TABLE) else data)
+                               for info, data in _members(m)]),
+        [f"changed: {CRATE_TABLE}"]),
+}
+
+
+def _members(path: Path) -> list[Member]:
+    with tarfile.open(path) as src:
+        return [(m, src.extractfile(m).read() if m.isfile() else None) for m in src]
+
+
+@pytest.mark.parametrize("case", sorted(CRATE_CASES))
+def test_a_crate_that_disagrees_with_the_files_fails_verify_and_extract(made, tmp_path, case):
+    build, expected = CRATE_CASES[case]
+    path = build(made, tmp_path / "bad.tar.gz")
+    assert archive.verify(path) == expected
+    with pytest.raises(archive.ArchiveError, match="refused, nothing extracted"):
+        archive.extract(path, tmp_path / "dest")
+    assert not (tmp_path / "dest").exists() and leftovers(tmp_path, path) == []
+    done = cli("verify", str(path))
+    assert done.returncode == 1 and "FAILED" in done.stdout and expected[0] in done.stdout
+
+
+def test_report_from_an_archive_refuses_before_writing_anything(made, tmp_path):
+    bad = CRATE_CASES["a checksum in the crate altered"][0](made, tmp_path / "bad.tar.gz")
+    done = cli("report", str(bad), "-o", str(tmp_path / "out"))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert len(done.stderr.splitlines()) == 1 and "sha256 disagrees" in done.stderr
+    assert leftovers(tmp_path, bad) == []
+    # into a folder that holds something: refused, the folder as it was
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "report.md").write_text("mine\n")
+    done = cli("report", str(made), "-o", str(tmp_path / "full"))
+    assert done.returncode == 1 and "not an empty folder" in done.stderr
+    assert [p.name for p in (tmp_path / "full").iterdir()] == ["report.md"]
+    assert (tmp_path / "full" / "report.md").read_text() == "mine\n"
+    # the two forms do not mix, and each says what it needs
+    for args, said in ((["report", str(made)], "needs -o DIR"),
+                       (["report", str(made), "-o", "x", "--root", "r"], "--root"),
+                       (["report", "--root", "r"], "--experiments"),
+                       (["report", "-o", "x"], "--root")):
+        done = cli(*args)
+        assert done.returncode == 1 and said in done.stderr, (args, done.stderr)
+        assert len(done.stderr.splitlines()) == 1
+    assert leftovers(tmp_path, bad) == ["full"]

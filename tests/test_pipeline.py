@@ -194,6 +194,61 @@ def test_archive_round_trip(tree, tmp_path):
     assert (out / "file_read_ratio.png").exists()
 
 
+def test_a_report_from_the_archive_alone_reproduces_the_claims(tree, tmp_path):
+    """The archive's crate names what ran as machine.json recorded it, its SHA-256 stands
+    beside it, and ``perfgrid report ARCHIVE -o DIR`` on a fresh folder (this code, the
+    archive's raw results) gives the run's tables and claims table byte for byte."""
+    import hashlib
+    import subprocess
+    from urllib.parse import unquote
+
+    from rocrate.rocrate import ROCrate
+
+    from perfgrid import archive
+
+    run(tree, "--cores", "1", "archive")
+    (made,) = (tree / "results/archive").glob("perfgrid-tiny-*.tar.gz")
+    digest = hashlib.sha256(made.read_bytes()).hexdigest()
+    assert archive.sidecar(made).read_text() == f"{digest}  {made.name}\n"
+
+    top = archive.extract(made, tmp_path / "extracted")
+    crate = ROCrate(top)
+    (action,) = crate.get_by_type("CreateAction")
+    assert action["instrument"] is crate.mainEntity and crate.mainEntity.id == "Snakefile"
+    assert "results/tiny/report.md" in {e.id for e in action["result"]}
+    machine = json.loads((tree / "results/tiny/machine.json").read_text())
+    versions = {a["name"]: a["softwareVersion"]
+                for a in crate.mainEntity["softwareRequirements"]}
+    assert versions["snakemake"] == machine["packages"]["snakemake"]
+    assert versions["C compiler (cc)"] == machine["tools"]["cc"]
+    assert versions["fio"] == machine["tools"]["fio"]
+    for entity in crate.get_by_type("File"):
+        data = (top / unquote(entity.id)).read_bytes()
+        assert entity["sha256"] == hashlib.sha256(data).hexdigest(), entity.id
+
+    fresh = tmp_path / "fresh"
+    done = subprocess.run([*SNAKEMAKE[:1], "-m", "perfgrid.cli", "report", str(made),
+                           "-o", str(fresh)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "not the archive's own code" in done.stdout
+    ran = tree / "results/tiny"
+    assert sorted(p.name for p in (fresh / "tables").iterdir()) == ["file_read.csv"]
+    assert (fresh / "tables/file_read.csv").read_bytes() == (
+        ran / "tables/file_read.csv").read_bytes()
+
+    def claims(report: str) -> str:
+        return report[report.index("## Claims"):report.index("## Precision")]
+
+    rendered = (fresh / "report.md").read_text()
+    assert claims(rendered) == claims((ran / "report.md").read_text())
+    assert claims(rendered).count("| file_read |") >= 2  # the table, not just its title
+    assert f"rendered from: archive {made.name} (sha256 {digest})" in rendered
+    assert (fresh / "report.html").exists() and (fresh / "claims.png").exists()
+    assert sorted(p.name for p in (fresh / "plots/file_read").glob("*.png")) == sorted(
+        p.name for p in (ran / "plots/file_read").glob("*.png"))
+
+
 def test_archive_never_extracts_outside_its_folder(tmp_path):
     import io
     import tarfile

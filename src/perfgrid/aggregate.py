@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -221,14 +222,18 @@ def _read(path: str | Path, check_path: bool) -> tuple[dict[str, Any], pyperf.Be
     return meta, bench
 
 
-def row_from_results(paths: list[str | Path], check_path: bool = False) -> dict[str, Any]:
+def row_from_results(paths: list[str | Path], check_path: bool = False,
+                     recorded_as: Callable[[str | Path], str] | None = None) -> dict[str, Any]:
     """One table row from the result files of one point: one file, or one per round.
 
     Rounds are merged: their processes side by side (``process_rounds`` says
     which round measured each), the columns that differ combined by
-    :data:`ROUND_MERGE`.
+    :data:`ROUND_MERGE`. ``recorded_as`` gives the path a file had in the run, for
+    ``result_file`` (and so the bootstrap seeds): a table rebuilt from an extracted
+    archive comes out as the run's own (perfgrid.rerender).
     """
     read = [_read(path, check_path) for path in paths]
+    first = recorded_as(paths[0]) if recorded_as is not None else paths[0]
     metas = [meta for meta, _ in read]
     meta = dict(metas[0])
     for key, how in ROUND_MERGE.items():
@@ -269,7 +274,7 @@ def row_from_results(paths: list[str | Path], check_path: bool = False) -> dict[
         "rate": raw_rate(groups, work),
         "rate_unit": experiment.rate_unit,
         "hostname": meta.get("hostname", ""),
-        "result_file": str(paths[0]) if len(paths) == 1 else str(Path(paths[0]).parent),
+        "result_file": str(first) if len(paths) == 1 else str(Path(first).parent),
         "process_values": json.dumps(groups),
         "process_rounds": json.dumps(rounds) if len(paths) > 1 else "",
         "process_metadata": json.dumps(per_process),
@@ -291,11 +296,13 @@ def row_from_results(paths: list[str | Path], check_path: bool = False) -> dict[
     return row
 
 
-def build_table(experiment_name: str, paths: list[str | Path]) -> pd.DataFrame:
+def build_table(experiment_name: str, paths: list[str | Path],
+                recorded_as: Callable[[str | Path], str] | None = None) -> pd.DataFrame:
     """The experiment's table from its result files, ratios filled in.
 
     Every result must be of this experiment and at its own point's path, and
     no point may come twice: a wrong file stops the table, naming the files.
+    ``recorded_as``: see :func:`row_from_results`.
     """
     experiment = experiments.get(experiment_name)
     by_point: dict[str, list[str | Path]] = {}
@@ -308,7 +315,7 @@ def build_table(experiment_name: str, paths: list[str | Path]) -> pd.DataFrame:
         if len(set(rounds)) != len(rounds):
             raise ValueError(f"{files[0]}: the same round listed twice")
         row = row_from_results(sorted(files, key=lambda f: Layout.result_round(f) or 0),
-                               check_path=True)
+                               check_path=True, recorded_as=recorded_as)
         path = files[0]
         if row["experiment"] != experiment_name:
             raise ValueError(f"{path}: a {row['experiment']} result among the "

@@ -4,10 +4,17 @@ An archive is a ``.tar.gz`` whose single top folder is a runnable copy of
 the workflow (Snakefile, workflow/, src/, config/, profiles/ from git) with
 ``results/<host>/`` inside it (raw pyperf JSON, tables, plots, reports,
 machine.json; not the regenerable test file), the config as used, the
-installed package list, and ``MANIFEST.sha256`` over every other member. Only
+installed package list, an RO-Crate (``ro-crate-metadata.json``, :mod:`perfgrid.crate`)
+and ``MANIFEST.sha256`` over every other member, the crate included. Only
 regular files are archived: a symlink or special file in the result set is
 left out and named in ``LEFT_OUT.txt``.
 Member mtimes are kept, so Snakemake in an extracted copy plans nothing.
+
+Two checks, both in :func:`verify` (and so in :func:`extract`): the manifest against
+the bytes of every member, and the crate's ``sha256`` and ``contentSize`` of every file
+against the file (the crate lists every file but itself and the manifest, which hashes
+it). An archive made before the crate has none and is checked on its manifest alone.
+The archive's own SHA-256 goes beside it (``<archive>.sha256``, as ``sha256sum`` writes).
 """
 
 from __future__ import annotations
@@ -28,7 +35,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from perfgrid import gitinfo, lifetime
+from perfgrid import crate, gitinfo, lifetime
+from perfgrid.atomic import write_text
 from perfgrid.gitinfo import git
 from perfgrid.paths import REPO
 
@@ -131,8 +139,9 @@ class _Hashing:
         return data
 
 
-def _add_file(tar: tarfile.TarFile, path: Path, arcname: str) -> str:
-    """Add one regular file, never through a symlink; its SHA-256, or why it was left out.
+def _add_file(tar: tarfile.TarFile, path: Path, arcname: str) -> tuple[str, int]:
+    """Add one regular file, never through a symlink: (its SHA-256, its size), or
+    (why it was left out, -1).
 
     Opened with ``O_NOFOLLOW`` and checked on the open file, so a file swapped for a
     link or a FIFO after the walk is left out too (returned as ``"left out: ..."``).
@@ -141,24 +150,40 @@ def _add_file(tar: tarfile.TarFile, path: Path, arcname: str) -> str:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as err:
         if err.errno == errno.ELOOP:
-            return "left out: symlink"
+            return "left out: symlink", -1
         raise
     with os.fdopen(fd, "rb") as handle:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            return f"left out: {_kind(mode)}"
+            return f"left out: {_kind(mode)}", -1
         os.set_blocking(fd, True)
         info = tar.gettarinfo(str(path), arcname, handle)  # fstat: the file opened
         reader = _Hashing(handle)
         tar.addfile(info, reader)  # type: ignore[arg-type]  # tarfile only calls read()
-        return reader.digest.hexdigest()
+        return reader.digest.hexdigest(), info.size
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def sidecar(archive: Path) -> Path:
+    """``<archive>.sha256``: the archive's SHA-256 in ``sha256sum`` format, to quote."""
+    return archive.with_name(f"{archive.name}.sha256")
 
 
 def create(results_root: Path, output: Path) -> Path:
-    """Write the archive of ``results_root`` (``results/<host>``) to ``output``.
+    """Write the archive of ``results_root`` (``results/<host>``) to ``output``, and its
+    SHA-256 beside it (:func:`sidecar`).
 
     Regular files only: symlinks and special files are left out, printed, and listed
-    in :data:`LEFT_OUT` inside the archive (see :func:`result_set`).
+    in :data:`LEFT_OUT` inside the archive (see :func:`result_set`). The crate
+    describes the files as archived (their sizes and hashes taken on the way in).
     """
     top = output.name.removesuffix(".tar.gz")
     host = results_root.name
@@ -173,6 +198,7 @@ def create(results_root: Path, output: Path) -> Path:
         "GIT": f"commit {facts['commit']}\ndirty {facts['dirty']}\n".encode(),
     }
     lines = []
+    facts_of: dict[str, tuple[str, int]] = {}
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_name(f".{output.name}.tmp")
     try:
@@ -184,20 +210,29 @@ def create(results_root: Path, output: Path) -> Path:
                 name = f"results/{host}/{path.relative_to(results_root)}".removesuffix("/.")
                 tar.add(path, arcname=f"{top}/{name}", recursive=False)
             for name, path in entries:
-                digest = _add_file(tar, path, f"{top}/{name}")
+                digest, size = _add_file(tar, path, f"{top}/{name}")
                 if digest.startswith("left out: "):
                     left_out.append(f"{name} ({digest.removeprefix('left out: ')})")
                 else:
                     lines.append(f"{digest}  {name}")
+                    facts_of[name] = (digest, size)
             if left_out:
                 generated[LEFT_OUT] = "".join(f"{item}\n" for item in left_out).encode()
+            for name, data in generated.items():
+                facts_of[name] = (_sha256(data), len(data))
+            # the crate describes every file above; the manifest then covers the crate too
+            generated[crate.NAME] = crate.build(facts_of, results_root, host, REPO, now)
             for name, data in generated.items():
                 _add_bytes(tar, f"{top}/{name}", data, now)
                 lines.append(f"{_sha256(data)}  {name}")
             _add_bytes(tar, f"{top}/{MANIFEST}", ("\n".join(lines) + "\n").encode(), now)
+        digest = file_sha256(tmp)
+        # an older sidecar never stands beside a newer archive, even after a crash here
+        sidecar(output).unlink(missing_ok=True)
         os.replace(tmp, output)
     finally:
         tmp.unlink(missing_ok=True)
+    write_text(sidecar(output), f"{digest}  {output.name}\n")
     for item in left_out:
         print(f"archive: left out {item}")
     return output
@@ -214,7 +249,7 @@ class _Refused(Exception):
 #: what a walk accepts before it stops: an archive is refused rather than read past these
 MAX_BYTES = 32 << 30  # total size of the regular files (a compressed bomb ends here)
 MAX_MEMBERS = 200_000  # tarfile keeps one header object per member in memory
-MAX_MANIFEST = 64 << 20  # the manifest is the one member read whole
+MAX_MANIFEST = 64 << 20  # the manifest and the crate are the members read whole
 MAX_HEADER = 1 << 20  # pax and GNU long-name headers, which tarfile reads whole
 CHUNK = 1 << 20
 MAX_MTIME = 1 << 40  # year 36812: any later mtime is made up, and utime may overflow
@@ -298,7 +333,9 @@ def _walk(archive: Path, into: Path | None = None) -> tuple[list[str], str | Non
     """
     problems: list[str] = []
     hashes: dict[str, str] = {}
+    sizes: dict[str, int] = {}
     manifest: dict[str, str] | None = None
+    crate_data: bytes | None = None
     top: str | None = None
     seen: set[str] = set()
     files: set[str] = set()
@@ -359,13 +396,14 @@ def _walk(archive: Path, into: Path | None = None) -> tuple[list[str], str | Non
                     raise _Refused(f"files add up to more than {MAX_BYTES} bytes at: "
                                    f"{member.name} ({member.size} bytes)")
                 relative = "/".join(path.parts[1:])
-                if relative == MANIFEST and member.size > MAX_MANIFEST:
-                    raise _Refused(f"{MANIFEST} of {member.size} bytes: {member.name}")
+                whole = relative in (MANIFEST, crate.NAME)  # read whole: bounded
+                if whole and member.size > MAX_MANIFEST:
+                    raise _Refused(f"{relative} of {member.size} bytes: {member.name}")
                 handle = tar.extractfile(member)
                 assert handle is not None  # a regular file always has a reader
                 digest = hashlib.sha256()
                 kept: list[bytes] = []
-                stream = _hashed(handle, digest, kept if relative == MANIFEST else None)
+                stream = _hashed(handle, digest, kept if whole else None)
                 if into is None:
                     for _ in stream:
                         pass
@@ -376,6 +414,9 @@ def _walk(archive: Path, into: Path | None = None) -> tuple[list[str], str | Non
                     problems += malformed
                 else:
                     hashes[relative] = digest.hexdigest()
+                    sizes[relative] = member.size
+                    if relative == crate.NAME:
+                        crate_data = b"".join(kept)
             # the rest of the stream: the gzip checksum, and nothing hidden after the end
             tail = 0
             while chunk := tar.fileobj.read(CHUNK):
@@ -398,6 +439,12 @@ def _walk(archive: Path, into: Path | None = None) -> tuple[list[str], str | Non
         elif hashes[name] != digest:
             problems.append(f"changed: {name}")
     problems += [f"not in manifest: {name}" for name in sorted(set(hashes) - set(manifest))]
+    if crate_data is not None:
+        described = {name: (digest, sizes[name]) for name, digest in hashes.items()
+                     if name != crate.NAME}
+        changed = {name for name, digest in manifest.items() if hashes.get(name, digest)
+                   != digest}
+        problems += crate.problems(crate_data, described, changed)
     if into is not None and not problems:
         for folder, mode, mtime in sorted(times, reverse=True):  # deepest first
             os.chmod(folder, mode)
@@ -406,7 +453,8 @@ def _walk(archive: Path, into: Path | None = None) -> tuple[list[str], str | Non
 
 
 def verify(archive: Path) -> list[str]:
-    """Problems found checking ``archive`` against its manifest (empty: intact).
+    """Problems found checking ``archive`` against its manifest and its RO-Crate (empty:
+    intact).
 
     Exactly what ``extract`` checks, so an archive that verifies extracts to the
     data its manifest names, and one that does not is refused by both.

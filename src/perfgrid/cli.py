@@ -33,12 +33,19 @@ def _table(args: argparse.Namespace) -> None:
 
 
 def _plots(args: argparse.Namespace) -> None:
+    out = Path(args.out_dir)
+    written = write_plots(args.experiment, Path(args.table), out)
+    print(f"{args.experiment}: {len(written)} figures -> {out}")
+
+
+def write_plots(experiment: str, table_path: Path, out: Path) -> list[Path]:
+    """Draw an experiment's figures from its table into the folder ``out`` (written whole,
+    then renamed into place): the plots rule's work, and perfgrid.rerender's."""
     import pandas as pd
 
     from perfgrid.analysis import module
 
-    table = pd.read_csv(args.table)
-    out = Path(args.out_dir)
+    table = pd.read_csv(table_path)
     tmp = out.with_name(f".{out.name}.tmp")
     if tmp.exists():
         import shutil
@@ -46,21 +53,39 @@ def _plots(args: argparse.Namespace) -> None:
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     # an experiment whose every point was skipped has an empty table, and no figures
-    written = [] if table.empty else module(args.experiment).plot(table, tmp)
+    written = [] if table.empty else module(experiment).plot(table, tmp)
     from perfgrid import experiments
     from perfgrid.analysis import scaling
 
     # every experiment with a worker axis: Amdahl and USL fits (scaling.csv) and their figure,
     # up to the CPUs the run's jobs recorded (not this machine's: plots may run elsewhere)
-    written += scaling.write(table, experiments.get(args.experiment).axes, tmp, args.experiment,
+    written += scaling.write(table, experiments.get(experiment).axes, tmp, experiment,
                              cpus=scaling.recorded_cpus(table))
     tmp.rename(out)
-    print(f"{args.experiment}: {len(written)} figures -> {out}")
+    return written
 
 
 def _report(args: argparse.Namespace) -> None:
+    """Two forms: ``report ARCHIVE -o DIR`` (from an archive alone) and the pipeline's
+    ``report --root ... --experiments ... --html ... --md ...``."""
+    if args.archive is not None:
+        from perfgrid import rerender
+
+        given = [f"--{k.replace('_', '-')}" for k in ("root", "experiments", "html", "md")
+                 if getattr(args, k) is not None]
+        if given or args.out is None:
+            raise ValueError(f"report ARCHIVE takes -o DIR and none of {', '.join(given)}"
+                             if given else "report ARCHIVE needs -o DIR (a new or empty "
+                             "folder for the tables, plots and report)")
+        rerender.from_archive(Path(args.archive), Path(args.out))
+        return
     from perfgrid import report
 
+    missing = [f"--{k}" for k in ("root", "experiments", "html", "md")
+               if getattr(args, k) is None]
+    if missing or args.out is not None:
+        raise ValueError(f"report needs {', '.join(missing)} (or: report ARCHIVE -o DIR)"
+                         if missing else "-o DIR goes with an archive: report ARCHIVE -o DIR")
     report.main(Path(args.root), args.experiments, args.html, args.md, args.cv_threshold,
                 args.testfile_facts, args.noise_profile)
 
@@ -92,6 +117,9 @@ def _archive(args: argparse.Namespace) -> None:
 
     out = archive.create(Path(args.root), Path(args.output))
     print(f"archive: {out} ({out.stat().st_size / 1e6:.1f} MB)")
+    # the line to quote in a paper, also in <archive>.sha256 (sha256sum -c reads it)
+    print(f"archive: sha256 {archive.sidecar(out).read_text().split()[0]} "
+          f"(written to {archive.sidecar(out)})")
 
 
 def _verify(args: argparse.Namespace) -> None:
@@ -215,11 +243,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("out_dir")
     p.set_defaults(func=_plots)
 
-    p = sub.add_parser("report", help="write report.html and report.md")
-    p.add_argument("--root", required=True)
-    p.add_argument("--experiments", nargs="+", required=True)
-    p.add_argument("--html", required=True)
-    p.add_argument("--md", required=True)
+    p = sub.add_parser("report", help="write report.html and report.md: from an archive "
+                       "alone (report ARCHIVE -o DIR), or the pipeline's (--root ...)")
+    p.add_argument("archive", nargs="?", help="an archive (perfgrid archive): verified, then "
+                   "its tables, plots and report rebuilt from its raw results into -o DIR")
+    p.add_argument("-o", "--out", help="with ARCHIVE: a new or empty folder")
+    p.add_argument("--root", help="the pipeline's form: results/<host>")
+    p.add_argument("--experiments", nargs="+")
+    p.add_argument("--html")
+    p.add_argument("--md")
     p.add_argument("--cv-threshold", type=float, default=0.05)
     p.add_argument("--testfile-facts", default="", help="the test file's sidecar JSON")
     p.add_argument("--noise-profile", default="none",

@@ -7,6 +7,7 @@ import os
 import platform
 import shutil
 import socket
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,9 @@ from perfgrid import binding, topology
 
 PACKAGES = ("perfgrid", "snakemake", "pyperf", "pandas", "seaborn", "matplotlib", "numpy",
             "psutil", "uvloop")
+#: the native tools the jobs run: name -> the command printing its version (first line kept)
+TOOL_VERSION = {"cc": ["--version"], "dd": ["--version"], "fio": ["--version"],
+                "perf": ["--version"]}
 
 
 def _cpu_model() -> str:
@@ -36,6 +40,34 @@ def _versions() -> dict[str, str | None]:
             out[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             out[name] = None
+    return out
+
+
+def tools() -> dict[str, str | None]:
+    """The versions of the native tools on PATH here (None: not on PATH), recorded with the
+    run so that an archive made elsewhere states what ran (perfgrid.crate)."""
+    from perfgrid import erlang, lifetime
+    from perfgrid.experiments.http import load
+
+    out: dict[str, str | None] = {}
+    for name, args in TOOL_VERSION.items():
+        program = (os.environ.get("CC") or "cc") if name == "cc" else name
+        if not shutil.which(program):
+            out[name] = None
+            continue
+        try:
+            proc = subprocess.run(lifetime.command([program, *args]), capture_output=True,
+                                  text=True, timeout=60, check=False)
+            lines = (proc.stdout or proc.stderr).strip().splitlines()
+            out[name] = lines[0].strip() if lines else "unknown"
+        except (OSError, subprocess.SubprocessError):
+            out[name] = "unknown"
+    for name, missing, version in (("erl", erlang.missing, erlang.otp_release),
+                                   ("ab", load.missing_ab, load.ab_version)):
+        try:
+            out[name] = None if missing() else version()
+        except (OSError, subprocess.SubprocessError):
+            out[name] = "unknown"
     return out
 
 
@@ -103,5 +135,6 @@ def snapshot(testfile: str | None = None) -> dict[str, Any]:
         "python": platform.python_version(),
         "python_implementation": platform.python_implementation(),
         "packages": _versions(),
+        "tools": tools(),
         "testfile_filesystem": _filesystem(testfile) if testfile else None,
     }

@@ -583,8 +583,14 @@ def render(data: dict[str, Any]) -> tuple[str, str]:
 
 
 def main(root: Path, experiment_names: list[str], html_path: str, md_path: str,
-         cv_threshold: float, testfile_facts: str = "", noise_profile: str = "none") -> None:
+         cv_threshold: float, testfile_facts: str = "", noise_profile: str = "none",
+         git: dict[str, str] | None = None, notes: dict[str, str] | None = None) -> None:
+    """Write the report; ``git`` (the run's commit, where not this checkout's) and
+    ``notes`` (more provenance lines) serve a report rendered from an archive."""
     data = build(root, experiment_names, cv_threshold)
+    if git is not None:
+        data["git"] = git
+    data["provenance"].update(notes or {})
     if noise_profile not in ("", "none"):  # the run's own profile: missing is an error
         data["noise"] = json.loads(Path(noise_profile).read_text())
     data["claims_figure"] = claims_figure(data["claim_list"], Layout(root).claims_figure)

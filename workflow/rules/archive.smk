@@ -10,7 +10,8 @@ rule archive:
         LAYOUT.report_html,
         LAYOUT.report_md,
     output:
-        ARCHIVE,
+        archive=ARCHIVE,
+        sha256=f"{ARCHIVE}.sha256",
     log:
         LAYOUT.log("archive.log"),
     params:
@@ -18,7 +19,7 @@ rule archive:
     conda:
         CONDA_ENV
     shell:
-        "python -m perfgrid.cli archive {params.root:q} {output:q} > {log:q} 2>&1"
+        "python -m perfgrid.cli archive {params.root:q} {output.archive:q} > {log:q} 2>&1"
 
 
 rule compare:
