@@ -93,10 +93,16 @@ def claims_figure(claims: list[Claim], path: Path) -> Path:
             continue
         flip = claim.op.startswith("<")
         xs = [v / claim.threshold for v in (claim.value, claim.ci_low, claim.ci_high)]
-        if flip:
-            xs = [1 / x if x else np.nan for x in xs]
+        if flip:  # a lower end of 0 (a count of none: a one-sided bound) turns unbounded
+            xs = [1 / x if x else (np.inf if x == 0 else np.nan) for x in xs]
         colour = colours[claim.verdict]
-        if np.isfinite(xs[1]) and np.isfinite(xs[2]):
+        ends = sorted(xs[1:])
+        if np.isfinite(ends[0]) and np.isposinf(ends[1]) and np.isfinite(xs[0]):  # one-sided
+            end = max(xs[0], ends[0]) * 1.5
+            ax.plot([ends[0], end], [i, i], color=colour, lw=2.5)
+            ax.plot(end, i, ">", color=colour, ms=4)
+            ax.plot(xs[0], i, "o", color=colour, ms=4)
+        elif np.isfinite(xs[1]) and np.isfinite(xs[2]):
             ax.plot([min(xs[1:]), max(xs[1:])], [i, i], color=colour, lw=2.5)
             ax.plot(xs[0], i, "o", color=colour, ms=4)
         else:
@@ -107,7 +113,8 @@ def claims_figure(claims: list[Claim], path: Path) -> Path:
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_yticks(range(len(labels)), labels, fontsize=6)
     ax.set_xlabel("measured / threshold, right of 1: the claim holds\n"
-                  "bar: 95 % interval; hollow dot: no interval", fontsize=8)
+                  "bar: 95 % interval (arrow: one-sided, unbounded); hollow dot: no interval",
+                  fontsize=8)
     handles = [plt.Line2D([], [], color=c, lw=2.5, label=v) for v, c in colours.items()]
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     path.parent.mkdir(parents=True, exist_ok=True)

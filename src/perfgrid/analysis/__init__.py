@@ -102,6 +102,7 @@ COUNTER_NAMES = {
     "instructions_per_unit": "instructions",
     "cache_misses_per_unit": "cache misses",
     "branch_misses_per_unit": "branch misses",
+    "syscalls_per_unit": "syscalls",
     "cpu_sys_share": "sys share",
     "cpus_utilized": "CPUs busy",
 }
