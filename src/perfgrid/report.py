@@ -19,7 +19,7 @@ from markupsafe import Markup
 
 from perfgrid import counters, experiments, gitinfo
 from perfgrid.aggregate import read_table
-from perfgrid.analysis import VERDICTS, Claim, literal, module
+from perfgrid.analysis import VERDICTS, Claim, claims_of, literal, module
 from perfgrid.atomic import write_text
 from perfgrid.paths import Layout
 from perfgrid.topology import format_cpu_list, parse_cpu_list
@@ -145,6 +145,14 @@ def _fmt(value: Any) -> str:
     return " ".join(str(value).splitlines()).replace("|", "\\|")
 
 
+def _rounds(listed: Any) -> int:
+    """How many rounds a ``noisy_rounds`` cell (a JSON list) names."""
+    try:
+        return len(json.loads(listed)) if isinstance(listed, str) and listed else 0
+    except ValueError:
+        return 0
+
+
 def flags(table: pd.DataFrame, cv_threshold: float) -> pd.DataFrame:
     """Rows whose figure should not be taken as clean, with the reason."""
     reasons = pd.Series("", index=table.index)
@@ -152,7 +160,15 @@ def flags(table: pd.DataFrame, cv_threshold: float) -> pd.DataFrame:
         reasons = reasons.where(~(table["cv"] > cv_threshold),
                                 reasons + f"CV above {cv_threshold:.0%}; ")
     if "noisy" in table:
-        reasons = reasons.where(~(table["noisy"] == 1), reasons + "other processes busy; ")
+        left = table["noisy_rounds"].map(_rounds) if "noisy_rounds" in table else None
+        text = pd.Series("other processes busy while measured (left out of claims); ",
+                         index=table.index)
+        if left is not None and "n_rounds" in table:
+            some = (left > 0) & (left < table["n_rounds"].fillna(1))
+            text = text.where(~some, "other processes busy while measured in "
+                              + left.astype(str) + " of " + table["n_rounds"].astype(
+                                  "Int64").astype(str) + " rounds (those left out of claims); ")
+        reasons = reasons.where(~(table["noisy"] == 1), reasons + text)
     if "stolen" in table:
         reasons = reasons.where(~(table["stolen"] == 1),
                                 reasons + "hypervisor steal time above the limit; ")
@@ -294,7 +310,7 @@ def build(root: Path, experiment_names: list[str], cv_threshold: float) -> dict[
         table = with_human_rates(read_table(layout.table(name), axes))
         shown = ["runtime", *axes, *STATS, *getattr(analysis, "EXTRA_COLUMNS", [])]
         seed_rows = getattr(analysis, "SEED_ROWS", [])
-        claims = analysis.claims(table)
+        claims = claims_of(name, table)
         all_claims += claims
         grid = {axis: sorted(table[axis].dropna().unique().tolist(), key=str)
                 for axis in axes if axis in table and table[axis].notna().any()}

@@ -64,6 +64,9 @@ METHOD_BINOMIAL = "exact binomial bounds on a count (Clopper-Pearson)"
 METHOD_NONE = "none"
 #: "at the threshold": an undecided interval wholly within this relative margin of it
 AT_THRESHOLD = 0.05
+#: the words that begin the reason of a row the claims left out (perfgrid.analysis.quiet):
+#: a verdict without an estimate says it
+LEFT_OUT = "left out of claims"
 
 
 @dataclass(frozen=True)
@@ -504,7 +507,9 @@ def decide(quantity: Estimate | Bounds, op: str, threshold: float, spec: str = "
         raise ValueError(f"op: {op!r} is not one of {', '.join(_SIDES)}")
     bounds = quantity.interval()
     if not np.isfinite(quantity.value):
-        return "inconclusive", "no estimate (missing or NaN rate)"
+        left_out = [part for part in quantity.reason.split("; ") if part.startswith(LEFT_OUT)]
+        return "inconclusive", "no estimate (missing or NaN rate)" + (
+            f": {'; '.join(left_out)}" if left_out else "")
     if bounds is None:
         return "inconclusive", f"no interval: {quantity.reason or 'one value'}"
     lo, hi = bounds
