@@ -329,7 +329,7 @@ def test_busy_machine_is_waited_for_then_flagged():
             hog.kill()
             hog.wait()
     assert seen["perfgrid_busy_checks"] == 2
-    assert seen["perfgrid_noisy"] == 1 and seen["perfgrid_busy_share"] > 0.25
+    assert seen["perfgrid_busy_before"] == 1 and seen["perfgrid_busy_share"] > 0.25
 
 
 def test_busy_share_counts_only_the_allowed_cpus(monkeypatch):

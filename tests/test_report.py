@@ -19,7 +19,7 @@ def flagged(**columns) -> pd.DataFrame:
 
 @pytest.mark.parametrize("columns, rows, reason", [
     ({"cv": [0.01, 0.2, math.nan]}, ["b"], "CV above 5%"),
-    ({"noisy": [0, 1, 0]}, ["b"], "other processes busy"),
+    ({"noisy": [0, 1, 0]}, ["b"], "other processes busy while measured (left out of claims)"),
     ({"cache_reached": [1, 1, 0]}, ["c"], "cache state not reached"),
 ], ids=["cv", "busy", "cache"])
 def test_each_flag_marks_only_its_rows_with_its_reason(columns, rows, reason):
@@ -32,7 +32,15 @@ def test_a_row_with_every_problem_gets_every_reason_in_order():
     out = flagged(cv=[0.2, 0.0, 0.0], noisy=[1, 0, 0], cache_reached=[0, 1, 1])
     assert out.to_dict("records") == [{
         "variant": "a", "cv": 0.2, "noisy": 1, "cache_reached": 0,
-        "flag": "CV above 5%; other processes busy; cache state not reached"}]
+        "flag": "CV above 5%; other processes busy while measured (left out of claims); "
+                "cache state not reached"}]
+
+
+def test_a_point_busy_in_some_of_its_rounds_says_how_many_were_left_out():
+    out = flagged(noisy=[1, 1, 0], noisy_rounds=['[2]', '[1, 2, 3]', '[]'], n_rounds=[3, 3, 3])
+    assert list(out["flag"]) == [
+        "other processes busy while measured in 1 of 3 rounds (those left out of claims)",
+        "other processes busy while measured (left out of claims)"]
 
 
 def test_cv_at_the_threshold_and_nan_cv_are_not_flagged():

@@ -153,3 +153,48 @@ def test_bounds_arithmetic_splits_the_error_rate() -> None:
     assert rlo == pytest.approx(best.interval(0.975)[0] / a.interval(0.975)[1])
     assert rhi == pytest.approx(best.interval(0.975)[1] / a.interval(0.975)[0])
     assert stats.reduce([a], np.max) is a  # one row is that row
+
+
+@pytest.mark.parametrize("events, units", [(0, 1e6), (1, 10), (29, 1000), (500_944, 500_000)])
+def test_a_count_gets_garwoods_exact_poisson_interval(events: int, units: float) -> None:
+    from scipy.stats import chi2
+
+    got = stats.poisson_rate(events, units)
+    low = chi2.ppf(0.025, 2 * events) / 2 / units if events else 0.0
+    high = chi2.ppf(0.975, 2 * (events + 1)) / 2 / units
+    assert got.value == events / units
+    assert got.interval() == pytest.approx((low, high), rel=1e-9)
+    assert got.events == events and got.units == units
+
+
+def test_a_count_of_none_is_a_one_sided_bound_never_no_interval() -> None:
+    got = stats.poisson_rate(0, 1_000_000)
+    assert got.interval()[0] == 0 and got.interval()[1] == pytest.approx(3.689e-6, rel=1e-3)
+    assert stats.decide(got, "<", 1e-5, ".3g", "") == (
+        "reproduced", "interval 0-3.69e-06 lies wholly below 1e-05")
+    assert "no interval" not in got.show(".3g")
+
+
+def test_an_allowance_lowers_only_the_lower_end() -> None:
+    plain, allowed = stats.poisson_rate(10_000, 1000), stats.poisson_rate(10_000, 1000, 2000)
+    assert allowed.value == plain.value and allowed.interval()[1] == plain.interval()[1]
+    assert allowed.interval()[0] == pytest.approx(plain.interval()[0] - 2.0)
+    assert stats.poisson_rate(100, 1000, 2000).interval()[0] == 0.0  # never below zero
+
+
+@pytest.mark.parametrize("hits, trials", [(0, 500), (500, 500), (3, 10)])
+def test_a_share_of_a_count_gets_the_clopper_pearson_interval(hits: int, trials: int) -> None:
+    from scipy.stats import beta
+
+    low = beta.ppf(0.025, hits, trials - hits + 1) if hits else 0.0
+    high = beta.ppf(0.975, hits + 1, trials - hits) if hits < trials else 1.0
+    got = stats.binomial_share(hits, trials)
+    assert got.interval() == pytest.approx((low, high), rel=1e-9)
+
+
+@pytest.mark.parametrize("call", [lambda: stats.poisson_rate(-1, 10),
+                                  lambda: stats.poisson_rate(1, 0),
+                                  lambda: stats.binomial_share(3, 2)])
+def test_an_impossible_count_is_refused(call) -> None:
+    with pytest.raises(ValueError, match="allowed"):
+        call()

@@ -11,18 +11,19 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pandas as pd
 import psutil
 import pytest
 
-from perfgrid import binding, lifetime, settings
+from perfgrid import binding, counters, lifetime, settings
 from perfgrid.aggregate import rate_estimate
 from perfgrid.analysis import syscall as analysis
 from perfgrid.experiments import get
 from perfgrid.experiments import syscall as syscall_mod
 
-from helpers import FULL, compile_native, tagged, wait_for
+from helpers import FULL, compile_native, need, tagged, wait_for
 from synthetic import LEVELS, expected_verdict, per_process, row, single
 
 EXP = get("syscall")
@@ -278,14 +279,155 @@ def test_vdso_claim_is_judged_on_each_side():
     assert got.verdict == "inconclusive" and "straddles" in got.reason
 
 
-def test_a_vdso_call_with_no_sys_time_at_all_has_no_interval():
-    """Every process at exactly 0 % sys: the spread is unknown, and so is the verdict."""
+def test_a_vdso_call_with_no_sys_time_at_all_gets_a_one_sided_bound():
+    """Every process at exactly 0 % sys: no spread, but a count of clock ticks, none of them
+    in the kernel, bounds the share from one side (Clopper-Pearson)."""
+    rows = syscall_rows()
+    for r in rows:
+        if is_own(r, "vdso_clock_sys"):
+            r["process_metadata"] = json.dumps([{"sys_share": 0.0, "user_s": 0.3,
+                                                 "sys_s": 0.0}] * 4)
+    got = syscall_claims(rows)[5]
+    assert got.verdict == "reproduced", got.reason
+    assert "user_share exactly 1 in every process, over >= 120 clock ticks (1.2 CPU-s at >= " \
+           "100 Hz): a one-sided bound" in got.reason
+    # 1.2 CPU-s at >= 100 Hz: 0 of 120 ticks puts the user share at or above 97 %
+    assert got.measured.startswith("clock_gettime user share 100.0% [97.0%, 100.0%]")
+    # too few ticks to bound it below 5 %: undecided, never "no interval"
+    for r in rows:
+        if is_own(r, "vdso_clock_sys"):
+            r["process_metadata"] = json.dumps([{"sys_share": 0.0, "user_s": 0.1,
+                                                 "sys_s": 0.0}] * 4)
+    got = syscall_claims(rows)[5]
+    assert got.verdict == "inconclusive" and "straddles" in got.reason
+    assert "no interval" not in got.measured
+
+
+def test_a_share_without_spread_or_cpu_seconds_says_what_would_decide_it():
     rows = syscall_rows()
     for r in rows:
         if is_own(r, "vdso_clock_sys"):
             r["process_metadata"] = json.dumps([{"sys_share": 0.0}] * 4)
     got = syscall_claims(rows)[5]
     assert got.verdict == "inconclusive" and "spread unknown" in got.reason
+    assert "a syscall count (perf raw_syscalls:sys_enter) would decide it" in got.reason
+
+
+#: a native counting pass's start-up syscalls (the Python launcher and the C program)
+START_UP = 950
+
+
+def counted(rows: list[dict], clock: float = 0.0, getuid: float = 1.0,
+            calls: int = 500_000, start_up: int = START_UP) -> list[dict]:
+    """``rows`` with the native 1-worker points counted: ``clock`` and ``getuid`` syscalls
+    per call in their loops of ``calls`` calls, plus ``start_up`` syscalls a pass."""
+    out = []
+    for r in rows:
+        r = dict(r)
+        if r["runtime"] == "native" and r["workers"] == 1:
+            per_call = clock if r["call"] == "clock_gettime" else getuid
+            r.update(counters="ok", counters_units=calls, counters_unsupported="none",
+                     syscalls_per_unit=(round(per_call * calls) + start_up) / calls)
+        out.append(r)
+    return out
+
+
+def test_the_vdso_claim_is_decided_by_counting_syscalls():
+    got = syscall_claims(counted(syscall_rows()))[5]
+    assert got.verdict == "reproduced", got.reason
+    assert got.criterion.startswith("native, 1 worker: clock_gettime enters the kernel < 0.05 "
+                                    "times per call, getuid >= 0.95 times")
+    assert "raw_syscalls:sys_enter" in got.criterion and "start-up included" in got.criterion
+    assert "950 syscalls over 500,000 calls" in got.measured
+    assert "500,950 syscalls over 500,000 calls" in got.measured
+    assert "CPU in the kernel: clock_gettime 0.1%, getuid 60.0%" in got.measured
+    assert "start-up" in got.reason and "CPU-time shares" not in got.reason
+    # the shares would say otherwise: the count decides, not them
+    got = syscall_claims(counted(syscall_rows(vdso_clock_sys=0.5, vdso_getuid_sys=0.01)))[5]
+    assert got.verdict == "reproduced", got.reason
+
+
+@pytest.mark.parametrize("clock, getuid, verdict", [
+    (1.0, 1.0, "not reproduced"),   # no vDSO clock here: every call a syscall
+    (0.0, 0.0, "not reproduced"),   # getuid served without entering the kernel
+    (0.049, 1.0, "inconclusive"),  # too close to the threshold to tell
+])
+def test_counted_syscalls_decide_each_side(clock, getuid, verdict):
+    got = syscall_claims(counted(syscall_rows(), clock=clock, getuid=getuid))[5]
+    assert got.verdict == verdict, got.reason
+
+
+def test_start_up_syscalls_cannot_decide_the_vdso_claim_wrongly():
+    """A short count is mostly start-up: 950 syscalls over 10,000 calls is 0.095 per call,
+    yet the lower end allows for start-up, so it is not read as clock_gettime's own."""
+    got = syscall_claims(counted(syscall_rows(), calls=10_000))[5]
+    assert got.verdict == "inconclusive" and "straddles" in got.reason, got.reason
+    # getuid at 0.85 per call topped up by start-up to 0.945: not taken as >= 0.95
+    got = syscall_claims(counted(syscall_rows(), getuid=0.85, calls=10_000))[5]
+    assert got.verdict != "reproduced"
+
+
+def test_without_a_count_the_vdso_claim_falls_back_to_shares_and_says_why():
+    rows = counted(syscall_rows())
+    for r in rows:
+        if r.get("counters") == "ok" and r["call"] == "getuid":
+            del r["syscalls_per_unit"]
+            r["counters_unsupported"] = ("cycles: not supported; raw_syscalls:sys_enter: not "
+                                         "permitted (perf stat -e raw_syscalls:sys_enter true: "
+                                         "No permission)")
+    got = syscall_claims(rows)[5]
+    assert got.verdict == "reproduced" and "of its CPU in the kernel" in got.criterion
+    assert "judged by CPU-time shares: no syscall count (getuid: raw_syscalls:sys_enter: not " \
+           "permitted" in got.reason
+    assert "clock_gettime:" not in got.reason.split("no syscall count")[1]
+    rows = [{**r, "counters": "perf missing: perf not found on PATH"} for r in syscall_rows()]
+    got = syscall_claims(rows)[5]
+    assert "no syscall count (clock_gettime: perf missing: perf not found on PATH; getuid: " \
+           "perf missing" in got.reason
+
+
+def test_the_full_config_counts_native_clock_gettime_and_getuid_at_one_worker():
+    cfg = copy.deepcopy(FULL)
+    cfg = settings.effective(cfg, check_disk=False)
+    counted_points = [p for p in settings.grid(cfg, "syscall")
+                      if "--counters" in settings.measure_args(cfg, "syscall", p)]
+    for call in ("clock_gettime", "getuid"):
+        assert any(p["variant"] == "native" and p["call"] == call and p["workers"] == 1
+                   for p in counted_points), call
+
+
+#: clock sources whose time the vDSO reads without entering the kernel
+VDSO_CLOCKS = {"tsc", "kvm-clock", "hyperv_clocksource_tsc_page", "arch_sys_counter"}
+
+
+def test_a_real_count_of_native_clock_gettime_and_getuid_decides_the_claim(native_binary):
+    """One counting pass each, under perf (as root in CI): getuid enters the kernel once a
+    call; clock_gettime does not where the clock source has a vDSO reader."""
+    need("perf")
+    got = {}
+    for call in ("clock_gettime", "getuid"):
+        meta = counters.count_point("syscall", ["variant=native", f"call={call}",
+                                                "binding=single", "workers=1"],
+                                    [f"binary={native_binary}"], 5000, "native")
+        assert meta["perfgrid_counters"] == "ok", meta
+        got[call] = {k.removeprefix("perfgrid_"): v for k, v in meta.items()}
+    calls = 5000 * syscall_mod.UNROLL
+    uid, clock = got["getuid"]["syscalls_per_unit"], got["clock_gettime"]["syscalls_per_unit"]
+    assert got["getuid"]["counters_units"] == calls
+    allowance = analysis.STARTUP_SYSCALLS / calls  # start-up, counted with the loops
+    assert 1.0 <= uid <= 1.0 + allowance
+    source = Path("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+    vdso = source.read_text().strip() in VDSO_CLOCKS if source.exists() else None
+    if vdso or clock < 0.5:
+        assert clock <= allowance, clock
+    else:  # a clock source the vDSO cannot read: every call falls back to the syscall
+        assert 1.0 <= clock <= 1.0 + allowance
+    rows = counted(syscall_rows(), clock=0, getuid=0, calls=calls, start_up=0)
+    for r in rows:
+        if r.get("counters") == "ok":
+            r.update(got[r["call"]])
+    claim = syscall_claims(rows)[5]
+    assert claim.verdict == ("reproduced" if clock < 0.5 else "not reproduced"), claim.reason
 
 
 MISSING = {

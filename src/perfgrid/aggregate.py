@@ -5,7 +5,10 @@ statistics of the per-loop time, the rate (work per second) and the ratio
 to the native baseline measured in the same run. Every ``perfgrid_*``
 metadata key of the result becomes a column without its prefix; every table has
 the kernel counters' columns (:data:`perfgrid.counters.COLUMNS`), NaN where a
-point was not counted and ``counters`` saying why.
+point was not counted and ``counters`` saying why. ``noisy_rounds`` lists the rounds
+(round labels, JSON) measured while other processes were busy even after measuring
+them again (perfgrid.bench.measure_quietly): the claims leave them out
+(:func:`perfgrid.analysis.quiet`).
 
 A result is taken only at its own path: the point, experiment and runtime it
 records must be the ones its path stands for (``paths.Layout.raw_result``),
@@ -32,13 +35,15 @@ COMMON_COLUMNS = [
     "n_values", "n_processes", "n_rounds", "mean_s", "median_s", "stdev_s", "cv", "rate",
     "rate_ci_low", "rate_ci_high", "ci_rel", "ci_method", "ci_reason", "converged", "stop",
     "measure_seconds", "rate_unit", "ratio_to_native", "process_values", "process_rounds",
-    "process_metadata",
+    "process_metadata", "noisy_rounds",
 ]
 #: how the rounds of one point combine, for the columns that differ between rounds
 #: (the rest are the same in every round, or the first round's)
 ROUND_MERGE = {"started": min, "finished": max, "measure_seconds": sum, "batches": sum,
                "converged": all, "noisy": max, "stolen": max, "busy_share": max,
-               "steal_share": max, "load_before": max, "load_after": max}
+               "steal_share": max, "load_before": max, "load_after": max,
+               "busy_before": max, "busy_during": max, "own_share": min,
+               "steal_during": max, "measurements": sum}
 
 
 def process_values(bench: pyperf.Benchmark) -> list[list[float]]:
@@ -65,8 +70,12 @@ def process_metadata(bench: pyperf.Benchmark) -> list[dict[str, float]]:
 def rate_estimate(row: Any) -> stats.Estimate:
     """The rate of a table row with its interval, from its ``process_values`` column.
 
-    A row without raw values (a hand-made table) has no interval.
+    A row without raw values (a hand-made table) has no interval; a row the claims left
+    out (``left_out``: every round measured while the machine was busy) has no rate.
     """
+    left_out = row.get("left_out")
+    if isinstance(left_out, str) and left_out:
+        return stats.Estimate.unknown(float("nan"), left_out)
     rate = float(row["rate"]) if row.get("rate") is not None else float("nan")
     raw = row.get("process_values")
     if not isinstance(raw, str | list) or not raw:
@@ -247,12 +256,14 @@ def row_from_results(paths: list[str | Path], check_path: bool = False,
         meta["perfgrid_job_seconds"] = sum(spans)
     point = json.loads(meta["perfgrid_point"])
     experiment = experiments.get(meta["perfgrid_experiment"])
-    groups, rounds, per_process = [], [], []
+    groups, rounds, per_process, noisy = [], [], [], []
     for (m, bench), path in zip(read, paths, strict=True):
         groups += process_values(bench)
         per_process += process_metadata(bench)
         label = m.get("perfgrid_round", Layout.result_round(path) or 1)
         rounds += [label] * len(process_values(bench))
+        if m.get("perfgrid_noisy") == 1:  # still disturbed after measuring it again
+            noisy.append(label)
     values = [v for g in groups for v in g]
     mean = statistics.fmean(values)
     stdev = statistics.stdev(values) if len(values) > 1 else 0.0
@@ -278,6 +289,7 @@ def row_from_results(paths: list[str | Path], check_path: bool = False,
         "process_values": json.dumps(groups),
         "process_rounds": json.dumps(rounds) if len(paths) > 1 else "",
         "process_metadata": json.dumps(per_process),
+        "noisy_rounds": json.dumps(noisy),
     })
     for key in ("point", "round"):
         row.pop(key, None)

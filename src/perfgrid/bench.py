@@ -13,7 +13,9 @@ in batches: each batch is one pyperf run (this module again, with
 separate pyperf runs; later batches reuse the first one's calibrated loops).
 Without a target, one batch of ``--processes`` is the whole point. With
 ``--counters``, one untimed counting pass under ``perf stat`` follows, still
-under the lock (perfgrid.counters). pyperf
+under the lock (perfgrid.counters). A measurement whose own window saw other
+processes use more than ``--busy-share`` of the CPUs is made again, at most
+twice (:func:`measure_quietly`). pyperf
 re-executes this module for each worker process; our own options travel to
 the workers through ``add_cmdline_args``. The result is written atomically
 (temporary name, rename), with how the point stopped and what drifted.
@@ -255,6 +257,43 @@ def measure_point(args: argparse.Namespace, first: Callable[[], pyperf.Benchmark
     raise AssertionError("unreachable: the cap ends every point")
 
 
+def measure_quietly(args: argparse.Namespace, name: str,
+                    first: Callable[[], pyperf.Benchmark] | None = None,
+                    measure: Callable[..., tuple[pyperf.Benchmark, dict[str, object]]]
+                    = measure_point) -> tuple[pyperf.Benchmark, dict[str, object],
+                                              dict[str, object]]:
+    """Measure the point (:func:`measure_point`), again while other work disturbed it.
+
+    Each measurement waits for a quiet machine first (:func:`noise.wait_until_quiet`),
+    then watches its own window (:func:`noise.during`): where other processes used more
+    than ``--busy-share`` of the CPUs over it, the measurement is thrown away and made
+    again, at most :data:`noise.MAX_REMEASURES` times; the last one is kept, flagged
+    ``perfgrid_noisy`` if it too was disturbed. Returns it, how it ended, and the noise
+    metadata: the kept window's, with every measurement's share of other work.
+    """
+    shares: list[float] = []
+    for attempt in range(1, noise.MAX_REMEASURES + 2):
+        quiet: dict[str, object] = dict(noise.wait_until_quiet(args.busy_share))
+        before, start = noise.snapshot(), noise.window()
+        print(f"perfgrid: measuring {name}" + (f" (again: {attempt})" if attempt > 1 else ""),
+              file=sys.stderr, flush=True)
+        # pyperf's Runner measures once per process: a measurement made again is a batch
+        bench, outcome = measure(args, first=first if attempt == 1 else None)
+        seen = noise.during(start, noise.window(), args.busy_share)
+        quiet.update(noise.drift(before, noise.snapshot(), args.steal_share))
+        quiet.update(seen)
+        shares.append(float(seen["perfgrid_busy_during"]))
+        if not seen["perfgrid_noisy"] or attempt > noise.MAX_REMEASURES:
+            break
+        print(f"perfgrid: other processes used {shares[-1]:.0%} of the CPUs while it was "
+              f"measured (noise.busy_share {args.busy_share:g}): measuring again",
+              file=sys.stderr, flush=True)
+        args.loops = args.loops or bench.get_loops()  # calibrated once is enough
+    quiet.update(perfgrid_measurements=len(shares),
+                 perfgrid_busy_during_each=" ".join(f"{s:.4f}" for s in shares))
+    return bench, outcome, quiet
+
+
 def count(experiment: experiments.Experiment, point: dict, args: argparse.Namespace,
           bench: pyperf.Benchmark) -> dict[str, object]:
     """The point's counting pass (one value's loops, untimed), or why it has none."""
@@ -284,7 +323,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--result", help="where the manager writes the pyperf JSON")
     parser.add_argument("--lock", help="lock file serialising benchmark jobs")
     parser.add_argument("--busy-share", type=float, default=None,
-                        help="flag the point if other processes use more than this CPU share")
+                        help="wait, measure again (at most twice), and flag the point while "
+                             "other processes use more than this CPU share")
     parser.add_argument("--parent", type=int, default=None,
                         help="(workers) the manager's pid, to die with; default the parent")
     parser.add_argument("--target-ci", type=float, default=None,
@@ -334,17 +374,14 @@ def main(argv: list[str] | None = None) -> None:
     lifetime.watch_snakemake()
     with exclusive(args.lock):
         started = time.time()
-        busy = noise.wait_until_quiet(args.busy_share)
-        before = noise.snapshot()
-        print(f"perfgrid: measuring {name}", file=sys.stderr, flush=True)
-        bench, outcome = measure_point(args, first=lambda: _first_batch(runner, name))
-        drift = noise.drift(before, noise.snapshot(), args.steal_share)
+        bench, outcome, quiet = measure_quietly(
+            args, name, first=lambda: _first_batch(runner, name))
         if args.counters and (args.round or 1) == 1:  # still under the lock; once a point
             outcome.update(count(experiment, point, args, bench))
         finished = time.time()
     if args.round is not None:
         outcome["perfgrid_round"] = args.round
-    bench.update_metadata({**busy, **drift, **outcome, "perfgrid_started": started,
+    bench.update_metadata({**quiet, **outcome, "perfgrid_started": started,
                            "perfgrid_finished": finished, **_slurm_metadata()})
     print(f"perfgrid: {outcome.get('perfgrid_stop', 'fixed repetitions')}", file=sys.stderr)
     with atomic_path(args.result) as tmp:

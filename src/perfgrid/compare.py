@@ -158,7 +158,7 @@ def adjust(tables: dict[str, pd.DataFrame], q: float = Q) -> dict[str, pd.DataFr
 def _claims(root: Path, name: str, table: pd.DataFrame) -> dict[tuple[str, str], Any]:
     """An experiment's claims on one result set's table, by (runtime, hypothesis)."""
     try:
-        claims = analysis.module(name).claims(table)
+        claims = analysis.claims_of(name, table)
     except KeyError as err:  # a hand-made or cut-down table
         raise ValueError(f"{root / 'tables' / f'{name}.csv'}: missing column {err}, which "
                          f"the {name} claims need") from None

@@ -18,7 +18,12 @@ counters are of whole child processes (column ``counters_scope``).
 Counts are divided by the units of work the pass did (a spawn, a byte, a
 call, a timer event, a message, a request). An event the machine cannot
 count (hardware counters on most VMs) is left out and named in
-``counters_unsupported``, never recorded as zero. ``perf`` missing or
+``counters_unsupported``, never recorded as zero. The tracepoint
+``raw_syscalls:sys_enter`` (system calls entered, column ``syscalls_per_unit``)
+needs root or a permissive ``perf_event_paranoid`` and a kernel with ftrace: perf
+refuses a whole ``perf stat`` that names a tracepoint it cannot open, so each
+tracepoint is first tried alone (``perf stat -e TRACEPOINT true``, once per
+process) and left out, with perf's reason, where that fails. ``perf`` missing or
 forbidden only leaves the counters out (column ``counters`` says why); it
 never fails a point.
 """
@@ -26,9 +31,11 @@ never fails a point.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -48,7 +55,13 @@ EVENTS: dict[str, tuple[str, float]] = {
     "instructions": ("instructions_per_unit", 1.0),
     "cache-misses": ("cache_misses_per_unit", 1.0),
     "branch-misses": ("branch_misses_per_unit", 1.0),
+    "raw_syscalls:sys_enter": ("syscalls_per_unit", 1.0),  # system calls entered
 }
+#: events that perf may refuse outright (unknown, or not permitted): tried alone first
+TRACEPOINTS = ("raw_syscalls:sys_enter",)
+#: perf's event modifiers (``cycles:u``, ``page-faults:ukG``): a ``:suffix`` of only these
+#: letters is a modifier, any other (``raw_syscalls:sys_enter``) is part of the name
+_MODIFIER = re.compile(r":[ukhIGHpPSDeWbR]+$")
 #: every column a counting pass may add (the table has them all, NaN where not counted)
 COLUMNS = ("counters", "counters_scope", "counters_units", "counters_unsupported",
            "counters_seconds", "counters_loops_s", "cpu_sys_share", "cpus_utilized",
@@ -74,7 +87,8 @@ def parse(text: str) -> Counts:
     """Parse ``perf stat -x,`` output: ``value,unit,event,run time,share,...`` lines.
 
     ``<not supported>`` and ``<not counted>`` go to ``missing`` with that word;
-    modifiers perf adds (``cycles:u``) are dropped from the event name.
+    modifiers perf adds (``cycles:u``) are dropped from the event name, a tracepoint's
+    ``subsystem:name`` is kept whole.
     """
     out = Counts()
     for line in text.splitlines():
@@ -83,7 +97,7 @@ def parse(text: str) -> Counts:
         fields = line.split(",")
         if len(fields) < 3:
             continue
-        value, event = fields[0].strip(), fields[2].strip().split(":")[0]
+        value, event = fields[0].strip(), _MODIFIER.sub("", fields[2].strip())
         if not event:
             continue
         if value.startswith("<"):
@@ -133,10 +147,38 @@ def scope(runtime: str) -> str:
     return f"the timed loops, each {runtime} program's start-up included"
 
 
-def perf_command(perf: str, counts: Path, ctl: Path, ack: Path, workload: list[str]) -> list[str]:
-    """``perf stat`` counting nothing until the workload enables it through ``ctl``."""
+def perf_command(perf: str, counts: Path, ctl: Path, ack: Path, workload: list[str],
+                 events: list[str] | tuple[str, ...] = tuple(EVENTS)) -> list[str]:
+    """``perf stat`` counting ``events`` (all by default) only while the workload
+    enables them through ``ctl``."""
     return [perf, "stat", "-x,", "-o", str(counts), "--control", f"fifo:{ctl},{ack}",
-            "-D", "-1", "-e", ",".join(EVENTS), "--", *workload]
+            "-D", "-1", "-e", ",".join(events), "--", *workload]
+
+
+def refused_tracepoints(perf: str) -> dict[str, str]:
+    """The tracepoints of :data:`TRACEPOINTS` that ``perf`` cannot count here, each with
+    perf's reason; tried once per process (``perf stat -e TRACEPOINT true``)."""
+    return dict(_refused(perf))
+
+
+@functools.cache
+def _refused(perf: str) -> tuple[tuple[str, str], ...]:
+    out = []
+    for event in TRACEPOINTS:
+        try:
+            done = subprocess.run([perf, "stat", "-x,", "-e", event, "--", "true"],
+                                  capture_output=True, text=True, timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            out.append((event, f"not counted (perf stat -e {event} true: {err})"))
+            continue
+        counted = parse(done.stderr)
+        if done.returncode != 0 or event not in counted.values:
+            lines = [line for line in done.stderr.splitlines() if line.strip()]
+            text = " ".join(" ".join(lines[:2]).split())[:160] or "no message"
+            word = ("not permitted" if any(p in done.stderr.lower() for p in _FORBIDDEN)
+                    else counted.missing.get(event, "not counted"))
+            out.append((event, f"{word} (perf stat -e {event} true: {text})"))
+    return tuple(out)
 
 
 def count_point(experiment: str, point: list[str], options: list[str], loops: int,
@@ -150,6 +192,8 @@ def count_point(experiment: str, point: list[str], options: list[str], loops: in
         return _status(reason)
     perf = shutil.which("perf") or "perf"
     started = time.monotonic()
+    refused = refused_tracepoints(perf)
+    events = [event for event in EVENTS if event not in refused]
     with tempfile.TemporaryDirectory(prefix="perfgrid-counters-") as tmp:
         folder = Path(tmp)
         ctl, ack, counts, report = (folder / n for n in ("ctl", "ack", "counts", "report"))
@@ -161,7 +205,7 @@ def count_point(experiment: str, point: list[str], options: list[str], loops: in
             workload += [word for item in items for word in (flag, item)]
         try:
             done = subprocess.run(lifetime.command(perf_command(perf, counts, ctl, ack,
-                                                                workload)),
+                                                                workload, events)),
                                   capture_output=True, text=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
             return _status(f"failed: the counting pass took over {timeout:.0f} s")
@@ -173,6 +217,7 @@ def count_point(experiment: str, point: list[str], options: list[str], loops: in
         try:
             facts = json.loads(report.read_text())
             parsed = parse(counts.read_text())
+            parsed.missing.update(refused)
             meta: dict[str, Any] = {f"perfgrid_{k}": v
                                     for k, v in per_unit(parsed, facts["units"]).items()}
         except (OSError, ValueError, KeyError) as err:

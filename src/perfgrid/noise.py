@@ -1,4 +1,16 @@
-"""How busy the machine is with other work, just before a benchmark and while it runs."""
+"""How busy the machine is with other work, just before a benchmark and while it runs.
+
+Before a measurement the job looks at the CPUs while it is idle itself
+(:func:`wait_until_quiet`). Over the measured window it cannot look away from its
+own work, so it subtracts it (:func:`window`, :func:`during`): the allowed CPUs'
+busy time, less the CPU time of the job's own process tree (the manager, its live
+descendants, and every descendant reaped through it), is other processes' work.
+Steal time counts as busy, as in the look before (psutil's ``cpu_percent``). Time
+in interrupts (``irq``, ``softirq``) is left out of both: much of it is the
+benchmark's own I/O and loopback traffic, which no process's CPU time holds. A
+descendant its parent never reaped (an orphan not adopted by a subreaper of the
+job) reads as another process's work: that errs towards measuring again.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +19,9 @@ import time
 
 import psutil
 
+#: measurements of a round made again, at most, while other processes were busy beyond
+#: ``noise.busy_share`` over its measured window (perfgrid.bench)
+MAX_REMEASURES = 2
 #: how long one look at the CPUs lasts (25 clock ticks a CPU: enough to tell a quarter
 #: busy from idle; it is most of a quick job's overhead, 945 times a full run), and how
 #: many looks before giving up
@@ -30,7 +45,8 @@ def wait_until_quiet(limit: float | None, checks: int = MAX_CHECKS) -> dict[str,
     """Look up to ``checks`` times until the busy share is at most ``limit``.
 
     Returns metadata: the last share seen, the checks made, and 1 in
-    ``perfgrid_noisy`` if the machine never got quiet enough.
+    ``perfgrid_busy_before`` if the machine never got quiet enough (the measurement then
+    starts anyway; whether it was disturbed is judged over its window: :func:`during`).
     """
     share = busy_share()
     made = 1
@@ -38,9 +54,9 @@ def wait_until_quiet(limit: float | None, checks: int = MAX_CHECKS) -> dict[str,
         time.sleep(1.0)
         share = busy_share()
         made += 1
-    noisy = int(limit is not None and share > limit)
+    busy = int(limit is not None and share > limit)
     return {"perfgrid_busy_share": round(share, 4), "perfgrid_busy_checks": made,
-            "perfgrid_noisy": noisy}
+            "perfgrid_busy_before": busy}
 
 
 def quiet_scheduler(scheduler: object) -> bool:
@@ -91,3 +107,56 @@ def drift(before: dict[str, float], after: dict[str, float],
         if "mhz" in snap:
             meta[f"perfgrid_cpu_mhz_{when}"] = round(snap["mhz"], 1)
     return meta
+
+
+def own_cpu_seconds() -> float:
+    """User and system CPU-seconds of this process, its reaped descendants and its live
+    ones: the job's own work (a reaped child's time includes what it reaped in turn)."""
+    me = psutil.Process()
+    times = me.cpu_times()
+    total = times.user + times.system + times.children_user + times.children_system
+    for child in me.children(recursive=True):
+        try:
+            times = child.cpu_times()
+        except psutil.Error:  # gone since listed: its parent reaps it into its own
+            continue
+        total += times.user + times.system
+    return total
+
+
+def window() -> dict[str, float]:
+    """The allowed CPUs' CPU-seconds (all, busy, stolen) and the job's own, now: one end
+    of a measured window for :func:`during`."""
+    per_cpu = psutil.cpu_times(percpu=True)
+    allowed = [per_cpu[cpu] for cpu in os.sched_getaffinity(0) if cpu < len(per_cpu)]
+    total = busy = steal = 0.0
+    for times in allowed or per_cpu:
+        fields = times._asdict()
+        # guest time is already in user and nice (psutil's cpu_percent does the same)
+        all_s = sum(fields.values()) - fields.get("guest", 0.0) - fields.get("guest_nice", 0.0)
+        total += all_s
+        steal += fields.get("steal", 0.0)
+        busy += all_s - fields["idle"] - fields.get("iowait", 0.0) - fields.get(
+            "irq", 0.0) - fields.get("softirq", 0.0)
+    return {"total": total, "busy": busy, "steal": steal, "own": own_cpu_seconds()}
+
+
+def during(start: dict[str, float], end: dict[str, float],
+           limit: float | None) -> dict[str, float | int]:
+    """Metadata of a measured window from its two ends (:func:`window`).
+
+    ``perfgrid_busy_during``: other processes' share of the allowed CPUs over it (busy
+    time less the job's own, steal included); ``perfgrid_own_share``: the job's own;
+    ``perfgrid_steal_during``: steal alone; ``perfgrid_noisy``: 1 where other work
+    exceeded ``limit``.
+    """
+    elapsed = end["total"] - start["total"]
+    if elapsed <= 0:
+        return {"perfgrid_busy_during": 0.0, "perfgrid_own_share": 0.0,
+                "perfgrid_steal_during": 0.0, "perfgrid_noisy": 0}
+    own = max(0.0, end["own"] - start["own"])
+    other = round(min(1.0, max(0.0, end["busy"] - start["busy"] - own) / elapsed), 4)
+    return {"perfgrid_busy_during": other,  # as recorded, so is the flag decided
+            "perfgrid_own_share": round(min(1.0, own / elapsed), 4),
+            "perfgrid_steal_during": round(max(0.0, end["steal"] - start["steal"]) / elapsed, 4),
+            "perfgrid_noisy": int(limit is not None and other > limit)}

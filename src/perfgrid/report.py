@@ -20,7 +20,7 @@ from markupsafe import Markup
 
 from perfgrid import counters, experiments, gitinfo
 from perfgrid.aggregate import read_table
-from perfgrid.analysis import VERDICTS, Claim, literal, module
+from perfgrid.analysis import VERDICTS, Claim, claims_of, literal, module
 from perfgrid.atomic import atomic_path, write_text
 from perfgrid.paths import Layout
 from perfgrid.topology import format_cpu_list, parse_cpu_list
@@ -98,10 +98,16 @@ def claims_figure(claims: list[Claim], path: Path) -> Path:
             continue
         flip = claim.op.startswith("<")
         xs = [v / claim.threshold for v in (claim.value, claim.ci_low, claim.ci_high)]
-        if flip:
-            xs = [1 / x if x else np.nan for x in xs]
+        if flip:  # a lower end of 0 (a count of none: a one-sided bound) turns unbounded
+            xs = [1 / x if x else (np.inf if x == 0 else np.nan) for x in xs]
         colour = colours[claim.verdict]
-        if np.isfinite(xs[1]) and np.isfinite(xs[2]):
+        ends = sorted(xs[1:])
+        if np.isfinite(ends[0]) and np.isposinf(ends[1]) and np.isfinite(xs[0]):  # one-sided
+            end = max(xs[0], ends[0]) * 1.5
+            ax.plot([ends[0], end], [i, i], color=colour, lw=2.5)
+            ax.plot(end, i, ">", color=colour, ms=4)
+            ax.plot(xs[0], i, "o", color=colour, ms=4)
+        elif np.isfinite(xs[1]) and np.isfinite(xs[2]):
             ax.plot([min(xs[1:]), max(xs[1:])], [i, i], color=colour, lw=2.5)
             ax.plot(xs[0], i, "o", color=colour, ms=4)
         else:
@@ -112,7 +118,8 @@ def claims_figure(claims: list[Claim], path: Path) -> Path:
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_yticks(range(len(labels)), labels, fontsize=6)
     ax.set_xlabel("measured / threshold, right of 1: the claim holds\n"
-                  "bar: 95 % interval; hollow dot: no interval", fontsize=8)
+                  "bar: 95 % interval (arrow: one-sided, unbounded); hollow dot: no interval",
+                  fontsize=8)
     handles = [plt.Line2D([], [], color=c, lw=2.5, label=v) for v, c in colours.items()]
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -143,6 +150,14 @@ def _fmt(value: Any) -> str:
     return " ".join(str(value).splitlines()).replace("|", "\\|")
 
 
+def _rounds(listed: Any) -> int:
+    """How many rounds a ``noisy_rounds`` cell (a JSON list) names."""
+    try:
+        return len(json.loads(listed)) if isinstance(listed, str) and listed else 0
+    except ValueError:
+        return 0
+
+
 def flags(table: pd.DataFrame, cv_threshold: float) -> pd.DataFrame:
     """Rows whose figure should not be taken as clean, with the reason."""
     reasons = pd.Series("", index=table.index)
@@ -150,7 +165,15 @@ def flags(table: pd.DataFrame, cv_threshold: float) -> pd.DataFrame:
         reasons = reasons.where(~(table["cv"] > cv_threshold),
                                 reasons + f"CV above {cv_threshold:.0%}; ")
     if "noisy" in table:
-        reasons = reasons.where(~(table["noisy"] == 1), reasons + "other processes busy; ")
+        left = table["noisy_rounds"].map(_rounds) if "noisy_rounds" in table else None
+        text = pd.Series("other processes busy while measured (left out of claims); ",
+                         index=table.index)
+        if left is not None and "n_rounds" in table:
+            some = (left > 0) & (left < table["n_rounds"].fillna(1))
+            text = text.where(~some, "other processes busy while measured in "
+                              + left.astype(str) + " of " + table["n_rounds"].astype(
+                                  "Int64").astype(str) + " rounds (those left out of claims); ")
+        reasons = reasons.where(~(table["noisy"] == 1), reasons + text)
     if "stolen" in table:
         reasons = reasons.where(~(table["stolen"] == 1),
                                 reasons + "hypervisor steal time above the limit; ")
@@ -327,7 +350,7 @@ def build(root: Path, experiment_names: list[str], cv_threshold: float) -> dict[
         table = with_human_rates(read_table(layout.table(name), axes))
         shown = ["runtime", *axes, *STATS, *getattr(analysis, "EXTRA_COLUMNS", [])]
         seed_rows = getattr(analysis, "SEED_ROWS", [])
-        claims = analysis.claims(table)
+        claims = claims_of(name, table)
         all_claims += claims
         grid = {axis: sorted(table[axis].dropna().unique().tolist(), key=str)
                 for axis in axes if axis in table and table[axis].notna().any()}

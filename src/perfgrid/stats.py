@@ -59,9 +59,14 @@ METHOD_VALUES = "bootstrap of values (one process: within-process noise only)"
 METHOD_ROUNDS = "hierarchical bootstrap over rounds"
 METHOD_PAIRED = "paired over rounds (t over blocks)"
 METHOD_BOUNDS = "simultaneous bounds (Bonferroni over the rows reduced)"
+METHOD_POISSON = "exact Poisson bounds on a count (Garwood)"
+METHOD_BINOMIAL = "exact binomial bounds on a count (Clopper-Pearson)"
 METHOD_NONE = "none"
 #: "at the threshold": an undecided interval wholly within this relative margin of it
 AT_THRESHOLD = 0.05
+#: the words that begin the reason of a row the claims left out (perfgrid.analysis.quiet):
+#: a verdict without an estimate says it
+LEFT_OUT = "left out of claims"
 
 
 @dataclass(frozen=True)
@@ -367,6 +372,67 @@ def basis(quantity: Estimate | Bounds) -> str:
     return f"over {level}, {quantity.df:.3g} df"
 
 
+# -- from exact counts -------------------------------------------------------
+class Counted(Bounds):
+    """A rate or share from an exact count: its interval comes from the count alone.
+
+    Unlike an estimate on the log scale it may be zero, and a count of none still has an
+    interval: ``[0, upper]``, a one-sided bound (for a Poisson count of 0, about 3.7
+    over the units counted: the "rule of three" family at 97.5 %). ``events`` and
+    ``units`` keep the count it came from.
+    """
+
+    def __init__(self, events: int, units: float, bounds: Callable[[float], Interval],
+                 method: str, reason: str = "") -> None:
+        super().__init__(events / units, bounds, method, reason)
+        self.events, self.units = events, units
+
+    def interval(self, level: float = LEVEL) -> Interval | None:
+        if not (np.isfinite(self.value) and self.value >= 0):
+            return None
+        return self._bounds(level)
+
+
+def poisson_rate(events: int, units: float, allowance: float = 0.0) -> Counted:
+    """``events`` per unit over ``units`` units of work, with Garwood's exact interval.
+
+    Each end at ``(1 + level) / 2`` one-sided: the upper ``chi2.ppf(0.975, 2 (k + 1)) / 2``
+    over the units, the lower ``chi2.ppf(0.025, 2 k) / 2`` (0 for k = 0). ``allowance``
+    events of the count may not be the quantity's own (a program's start-up counted with
+    its loops): the lower end is taken that many events lower, never silently subtracted
+    from the value.
+    """
+    k = int(events)
+    if k < 0 or not units > 0:
+        raise ValueError(f"count {events!r} over {units!r} units; allowed: a count >= 0 "
+                         f"over a positive number of units")
+
+    def bounds(level: float) -> Interval:
+        tail = (1 - level) / 2
+        low = float(_sp.gammaincinv(k, tail)) if k > 0 else 0.0
+        high = float(_sp.gammaincinv(k + 1, 1 - tail))
+        return max(0.0, low - allowance) / units, high / units
+
+    return Counted(k, units, bounds, METHOD_POISSON)
+
+
+def binomial_share(hits: int, trials: int, reason: str = "") -> Counted:
+    """The share ``hits / trials`` with its exact (Clopper-Pearson) interval: for 0 hits
+    ``[0, 1 - (alpha / 2) ** (1 / trials)]``, for all hits the mirror image."""
+    k, n = int(hits), int(trials)
+    if n < 1 or not 0 <= k <= n:
+        raise ValueError(f"{hits!r} hits of {trials!r} trials; allowed: 0 <= hits <= trials, "
+                         f"trials >= 1")
+
+    def bounds(level: float) -> Interval:
+        tail = (1 - level) / 2
+        low = float(_sp.betaincinv(k, n - k + 1, tail)) if k > 0 else 0.0
+        high = float(_sp.betaincinv(k + 1, n - k, 1 - tail)) if k < n else 1.0
+        return low, high
+
+    return Counted(k, n, bounds, METHOD_BINOMIAL, reason)
+
+
 # -- from raw values ---------------------------------------------------------
 def seed_for(*keys: Any) -> int:
     """A stable seed from what identifies a point, so a table's intervals are repeatable."""
@@ -468,7 +534,9 @@ def decide(quantity: Estimate | Bounds, op: str, threshold: float, spec: str = "
         raise ValueError(f"op: {op!r} is not one of {', '.join(_SIDES)}")
     bounds = quantity.interval()
     if not np.isfinite(quantity.value):
-        return "inconclusive", "no estimate (missing or NaN rate)"
+        left_out = [part for part in quantity.reason.split("; ") if part.startswith(LEFT_OUT)]
+        return "inconclusive", "no estimate (missing or NaN rate)" + (
+            f": {'; '.join(left_out)}" if left_out else "")
     if bounds is None:
         return "inconclusive", f"no interval: {quantity.reason or 'one value'}"
     lo, hi = bounds

@@ -21,7 +21,7 @@ from types import ModuleType
 
 import numpy as np
 
-from perfgrid.stats import Estimate, basis, decide, reduce
+from perfgrid.stats import LEFT_OUT, Estimate, basis, decide, reduce
 
 VERDICTS = ("reproduced", "not reproduced", "at the threshold", "inconclusive")
 
@@ -104,6 +104,7 @@ COUNTER_NAMES = {
     "instructions_per_unit": "instructions",
     "cache_misses_per_unit": "cache misses",
     "branch_misses_per_unit": "branch misses",
+    "syscalls_per_unit": "syscalls",
     "cpu_sys_share": "sys share",
     "cpus_utilized": "CPUs busy",
 }
@@ -180,6 +181,69 @@ def module(name: str) -> ModuleType:
     return importlib.import_module(f"perfgrid.analysis.{name}")
 
 
+def quiet(table):
+    """``table`` as the claims see it: the rounds measured while other processes were
+    busy (column ``noisy_rounds``, even after measuring them again) left out.
+
+    A row keeps its other rounds' processes (``process_values``, ``process_rounds``,
+    ``process_metadata`` and ``rate`` from them alone); a row whose every round was
+    noisy keeps no rate (NaN) and says why in ``left_out``, so an estimate from it has
+    no value and a claim that needed it says so (``no estimate ...: left out of claims:
+    ...``).
+    """
+    import json
+
+    import pandas as pd
+
+    from perfgrid.aggregate import raw_rate
+
+    if "noisy_rounds" not in table or table.empty:
+        return table
+    rows = []
+    for _, row in table.iterrows():
+        row = row.copy()
+        noisy = row["noisy_rounds"]
+        noisy = json.loads(noisy) if isinstance(noisy, str) and noisy else []
+        raw = row.get("process_values")
+        if not noisy or not isinstance(raw, str) or not raw:
+            rows.append(row)
+            continue
+        groups = json.loads(raw)
+        labels = row.get("process_rounds")
+        labels = json.loads(labels) if isinstance(labels, str) and labels else None
+        if labels is None:  # one round: its label is the one listed
+            labels = [noisy[0]] * len(groups)
+        meta = row.get("process_metadata")
+        meta = json.loads(meta) if isinstance(meta, str) and meta else None
+        keep = [i for i, label in enumerate(labels) if label not in noisy]
+        shown = ", ".join(str(n) for n in noisy)
+        if not keep:
+            busy = row.get("busy_during")
+            seen = f" (other processes up to {float(busy):.0%} of the CPUs)" if isinstance(
+                busy, float | int) and math.isfinite(float(busy)) else ""
+            row["left_out"] = (f"{LEFT_OUT}: every round of this point ({shown}) was measured "
+                               f"while other processes were busy{seen}, after measuring it "
+                               f"again")
+            row["rate"] = math.nan
+            rows.append(row)
+            continue
+        groups = [groups[i] for i in keep]
+        row["process_values"] = json.dumps(groups)
+        row["process_rounds"] = json.dumps([labels[i] for i in keep])
+        if meta is not None and len(meta) == len(labels):
+            row["process_metadata"] = json.dumps([meta[i] for i in keep])
+        row["rate"] = raw_rate(groups, float(row["work_per_loop"]))
+        row["rounds_left_out"] = shown
+        rows.append(row)
+    return pd.DataFrame(rows, columns=list(dict.fromkeys(
+        [*table.columns, *(c for r in rows for c in r.index)]))).reset_index(drop=True)
+
+
+def claims_of(name: str, table) -> list[Claim]:
+    """Experiment ``name``'s claims on ``table``, its noisy rounds left out (:func:`quiet`)."""
+    return module(name).claims(quiet(table))
+
+
 def plot_setup(table) -> list[str]:
     """Set up a plot job's figures; returns the table's bindings in the order every plot uses.
 
@@ -254,10 +318,17 @@ def rows_where(table, **where):
 
 
 def rate_estimates(rows) -> list[Estimate]:
-    """Each row's rate with its interval (from its raw values)."""
+    """Each row's rate with its interval (from its raw values).
+
+    Rows left out of claims (:func:`quiet`) are left out here too, so a best-of or a
+    median is taken over the quiet rows; where every row was left out, their estimates
+    (no value, and why) stand, and the claim says so.
+    """
     from perfgrid.aggregate import rate_estimate
 
-    return [rate_estimate(row) for _, row in rows.iterrows()]
+    estimates = [rate_estimate(row) for _, row in rows.iterrows()]
+    kept = [e for e in estimates if not e.reason.startswith(LEFT_OUT)]
+    return kept or estimates
 
 
 def rate_at(table, **where) -> Estimate | None:
@@ -332,6 +403,9 @@ def observed_estimate(row, key, seed: int | None = None) -> Estimate:
         point = float(row.get(key) if isinstance(key, str) else key(row))
     except (KeyError, TypeError, ValueError, ZeroDivisionError):
         point = math.nan
+    left_out = row.get("left_out")
+    if isinstance(left_out, str) and left_out:
+        return Estimate.unknown(math.nan, left_out)
     rate = row.get("rate")
     if isinstance(rate, float | int) and not math.isfinite(float(rate)):
         return Estimate.unknown(math.nan, "NaN rate: the point measured nothing")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,7 +25,15 @@ from perfgrid.analysis import (
     save,
     why,
 )
-from perfgrid.stats import reduce
+from perfgrid.stats import (
+    METHOD_BINOMIAL,
+    Bounds,
+    Counted,
+    Estimate,
+    binomial_share,
+    poisson_rate,
+    reduce,
+)
 
 NAME = "syscall"
 _SOURCE = ("seed E3 (002_8ebf3a0e202d2726.txt), 8 cores (2x Xeon E5450 3.0 GHz), "
@@ -43,8 +53,24 @@ LINEAR = 1.6
 NO_FURTHER = 1.15
 #: "no lock contention": calls per CPU-second at the most workers keep this share of one's
 NO_CONTENTION = 0.9
-#: clock_gettime "makes no syscall" if at most this share of its CPU time is sys
+#: clock_gettime "makes no syscall": fewer than this many system calls entered per call
+#: (perf's raw_syscalls:sys_enter over the counted loops), where getuid makes at least
+#: GETUID_CALLS. Not 0.01: a native count includes its program's start-up (the Python
+#: launcher and the C program: ~950 syscalls here), and quick.yaml counts 50,000 calls
+VDSO_CALLS = 0.05
+GETUID_CALLS = 0.95
+#: the syscalls a native point's count may hold beyond its loops, per counting pass (its
+#: program's start-up; ~950 measured on Debian 12): each count's lower end is taken this
+#: many syscalls lower, so start-up can make neither side look like what it is not
+STARTUP_SYSCALLS = 2000
+#: the event and column of the count
+SYSCALL_EVENT, SYSCALL_COLUMN = "raw_syscalls:sys_enter", "syscalls_per_unit"
+#: without a count: clock_gettime "makes no syscall" if at most this share of its CPU
+#: time is sys
 VDSO_SYS = 0.05
+#: the kernel's clock tick is at least 100 Hz (CONFIG_HZ 100, 250, 300 or 1000): a
+#: process's user/sys split is sampled at least this many times per CPU-second
+MIN_TICKS_PER_S = 100
 BOUND = ("spread", "compact")
 #: the counters that explain how calls scale with workers: CPU time per call (contention
 #: shows as more of it), and the scheduler's context switches and migrations per call
@@ -198,33 +224,136 @@ def claims(table: pd.DataFrame) -> list[Claim]:
         out.append(inconclusive(NAME, hyp, crit, "no native bound getuid rows with CPU times",
                                 "native"))
 
+    out.append(vdso_claim(table))
+    return out
+
+
+def _count_of(rows: pd.DataFrame) -> tuple[Counted | None, str]:
+    """(system calls per call over the counted calls of ``rows`` pooled, with its exact
+    interval; else None and why there is no count)."""
+    if "counters" not in rows:
+        return None, "not counted"
+    counted = rows[rows["counters"] == "ok"]
+    if counted.empty:
+        status = [str(s) for s in rows["counters"].dropna()]
+        return None, status[0] if status else "not counted"
+    per_call = pd.to_numeric(counted.get(SYSCALL_COLUMN), errors="coerce")
+    units = pd.to_numeric(counted.get("counters_units"), errors="coerce")
+    ok = per_call.notna() & units.notna() & (units > 0)
+    if not ok.any():
+        unsupported = [part.strip() for text in counted.get("counters_unsupported", [])
+                       if isinstance(text, str) for part in text.split("; ")
+                       if part.startswith(f"{SYSCALL_EVENT}:")]
+        return None, unsupported[0] if unsupported else f"{SYSCALL_EVENT} not counted"
+    events = int(sum(round(c * u) for c, u in zip(per_call[ok], units[ok], strict=True)))
+    return poisson_rate(events, float(units[ok].sum()),
+                        allowance=STARTUP_SYSCALLS * int(ok.sum())), ""
+
+
+def _counted_calls(count: Counted) -> str:
+    """``12 syscalls over 500,000 calls``: the raw count behind a per-call figure."""
+    return f"{count.events:,} syscalls over {count.units:,.0f} calls"
+
+
+def tick_share(row: pd.Series, key) -> Estimate | Bounds:
+    """A CPU-time share over the row's processes (:func:`observed_estimate`), and where
+    every process saw exactly 0 or exactly 1, a one-sided bound instead of none.
+
+    Such a share has no spread to give an interval, but it is a count: the kernel splits a
+    process's CPU time by which side each clock tick (at least :data:`MIN_TICKS_PER_S` a
+    CPU-second) caught it on, so 0 of at least ``100 x CPU-seconds`` ticks bounds the
+    share (Clopper-Pearson). Without the processes' CPU seconds it stays without an
+    interval, its reason saying what would decide it.
+    """
+    estimate = observed_estimate(row, key)
+    if estimate.has_interval or not estimate.reason.startswith("all values identical"):
+        return estimate
+    name = key if isinstance(key, str) else getattr(key, "__name__", "share")
+    try:
+        processes = json.loads(row["process_metadata"])
+        share = float(processes[0][key] if isinstance(key, str) else key(processes[0]))
+        cpu_s = sum(float(p["user_s"]) + float(p["sys_s"]) for p in processes)
+    except (KeyError, TypeError, ValueError, IndexError):
+        return Estimate.unknown(estimate.value, (
+            f"{estimate.reason} ({name} exactly {estimate.value:g} in every process, and "
+            f"no CPU seconds to count clock ticks by: a syscall count (perf "
+            f"{SYSCALL_EVENT}) would decide it)"))
+    ticks = math.floor(cpu_s * MIN_TICKS_PER_S)
+    if share not in (0.0, 1.0) or ticks < 1:
+        return estimate
+    basis = (f"{name} exactly {share:g} in every process, over >= {ticks:,} clock ticks "
+             f"({cpu_s:.3g} CPU-s at >= {MIN_TICKS_PER_S} Hz): a one-sided bound")
+    return binomial_share(ticks if share else 0, ticks, basis)
+
+
+def _shares(clock: pd.DataFrame, uid: pd.DataFrame, hyp: str, why_not: str) -> Claim:
+    """The vDSO claim judged by CPU-time shares, where no syscall count decides it."""
+    crit = (f"native, 1 worker: clock_gettime spends < {VDSO_SYS:.0%} of its CPU in the "
+            f"kernel while getuid spends more (CPU-time shares: no syscall count)")
+    # the worst case of each side over the bindings: clock's least user share, getuid's
+    # least sys share
+    clock_user = reduce([tick_share(r, user_share) for _, r in clock.iterrows()], np.min)
+    uid_sys = reduce([tick_share(r, "sys_share") for _, r in uid.iterrows()], np.min)
+    sides = [judged(NAME, hyp, crit, clock_user, ">", 1 - VDSO_SYS, "", "native", "", ".1%"),
+             judged(NAME, hyp, crit, uid_sys, ">", VDSO_SYS, "", "native", "", ".1%")]
+    speed = float(clock["rate"].max()) / float(uid["rate"].max())
+    claim = _both(sides, f"clock_gettime user share {clock_user.show('.1%')} (sys "
+                         f"{1 - clock_user.value:.1%}) vs getuid sys share "
+                         f"{uid_sys.show('.1%')}; {speed:.1f}x the getuid rate")
+    bases = [p.reason for p in (clock_user, uid_sys)
+             if p.method == METHOD_BINOMIAL]
+    notes = "; ".join([*bases, f"judged by CPU-time shares: no syscall count ({why_not})"])
+    return replace(claim, reason=f"{claim.reason}; {notes}")
+
+
+def vdso_claim(table: pd.DataFrame) -> Claim:
+    """clock_gettime makes no syscall, unlike getuid: decided by counting the syscalls
+    the counted loops entered (perf's ``raw_syscalls:sys_enter``), else by CPU-time shares.
+
+    A native count includes each counting pass's program start-up (``counters_scope``):
+    nothing is subtracted from the value; each side's lower end is taken
+    :data:`STARTUP_SYSCALLS` syscalls a pass lower, and the thresholds leave start-up room
+    over the calls counted.
+    """
     hyp = ("clock_gettime makes no syscall on modern Linux (served by the vDSO), unlike "
            "getuid (the seed's aside on erlang:now())")
-    crit = (f"native, 1 worker: clock_gettime spends < {VDSO_SYS:.0%} of its CPU in the kernel "
-            "while getuid spends more")
+    crit = (f"native, 1 worker: clock_gettime enters the kernel < {VDSO_CALLS:g} times per "
+            f"call, getuid >= {GETUID_CALLS:g} times (perf {SYSCALL_EVENT} over the counted "
+            f"loops, each pass's program start-up included)")
     rows = table[(table["runtime"] == "native") & (table["workers"] == 1)] if len(table) else table
     clock = rows[rows["call"] == "clock_gettime"] if len(rows) else rows
     uid = rows[rows["call"] == "getuid"] if len(rows) else rows
-    if len(clock) and len(uid) and "sys_share" in rows:
-        # the worst case of each side over the bindings: clock's least user share, getuid's
-        # least sys share
-        clock_user = reduce([observed_estimate(r, user_share) for _, r in clock.iterrows()],
-                            np.min)
-        uid_sys = reduce([observed_estimate(r, "sys_share") for _, r in uid.iterrows()], np.min)
-        sides = [judged(NAME, hyp, crit, clock_user, ">", 1 - VDSO_SYS, "", "native", "",
-                        ".1%"),
-                 judged(NAME, hyp, crit, uid_sys, ">", VDSO_SYS, "", "native", "", ".1%")]
-        speed = float(clock["rate"].max()) / float(uid["rate"].max())
-        claim = _both(sides, f"clock_gettime user share {clock_user.show('.1%')} (sys "
-                             f"{1 - clock_user.value:.1%}) vs getuid sys share "
-                             f"{uid_sys.show('.1%')}; {speed:.1f}x the getuid rate")
-        out.append(replace(claim, why=why(
-            rows, ("cpu_sys_share", "task_clock_ns_per_unit", "ctx_switches_per_unit"),
-            {"clock_gettime": {"call": "clock_gettime"}, "getuid": {"call": "getuid"}})))
-    else:
-        out.append(inconclusive(NAME, hyp, crit, "no native 1-worker clock_gettime and getuid "
-                                "rows", "native"))
-    return out
+    if not (len(clock) and len(uid)):
+        return inconclusive(NAME, hyp, crit, "no native 1-worker clock_gettime and getuid "
+                            "rows", "native")
+    because = why(rows, ("cpu_sys_share", "task_clock_ns_per_unit", "ctx_switches_per_unit"),
+                  {"clock_gettime": {"call": "clock_gettime"}, "getuid": {"call": "getuid"}})
+    (clock_count, clock_why), (uid_count, uid_why) = _count_of(clock), _count_of(uid)
+    if clock_count is None or uid_count is None:
+        why_not = "; ".join(f"{side}: {text}" for side, text in
+                            (("clock_gettime", clock_why), ("getuid", uid_why)) if text)
+        if "sys_share" not in rows:
+            return inconclusive(NAME, hyp, crit, f"no syscall count ({why_not}) and no CPU "
+                                "shares", "native", why=because)
+        return replace(_shares(clock, uid, hyp, why_not), why=because)
+    scope = (f"each count covers the counted loops and, per pass, its program's start-up "
+             f"(lower ends allow {STARTUP_SYSCALLS:,} start-up syscalls a pass)")
+    sides = [judged(NAME, hyp, crit, clock_count, "<", VDSO_CALLS, "", "native", "", ".4g"),
+             judged(NAME, hyp, crit, uid_count, ">=", GETUID_CALLS, "", "native", "", ".4g")]
+    shares = ""
+    if "sys_share" in rows:
+        clock_sys = reduce([observed_estimate(r, "sys_share") for _, r in clock.iterrows()],
+                           np.max)
+        uid_sys = reduce([observed_estimate(r, "sys_share") for _, r in uid.iterrows()],
+                         np.min)
+        shares = (f"; CPU in the kernel: clock_gettime {clock_sys.value:.1%}, getuid "
+                  f"{uid_sys.value:.1%}")
+    speed = float(clock["rate"].max()) / float(uid["rate"].max())
+    claim = _both(sides, f"syscalls per call: clock_gettime {clock_count.show('.4g')} "
+                         f"({_counted_calls(clock_count)}) vs getuid {uid_count.show('.4g')} "
+                         f"({_counted_calls(uid_count)}){shares}; {speed:.1f}x the getuid "
+                         f"rate")
+    return replace(claim, reason=f"{claim.reason}; {scope}", why=because)
 
 
 def notes(table: pd.DataFrame) -> list[str]:
