@@ -49,6 +49,17 @@ CODE_PATHS = ("Snakefile", "workflow", "src", "config", "profiles", "pyproject.t
 SKIP_SUFFIXES = (".bin", ".lock", ".sqlite", ".sqlite-wal", ".sqlite-shm")
 
 
+def host_folder(top: Path, source: str | Path) -> Path:
+    """The one result folder (``results/<host>``) of an extracted archive's top folder;
+    ValueError naming ``source`` where there is none or more than one."""
+    results = top / "results"
+    hosts = [p for p in results.iterdir() if p.is_dir()] if results.is_dir() else []
+    if len(hosts) != 1:
+        raise ValueError(f"{source}: expected one host under results/, found "
+                         f"{sorted(h.name for h in hosts)}")
+    return hosts[0]
+
+
 def archive_name(host: str, when: float | None = None) -> str:
     """``perfgrid-<host>-<UTC date>-<short commit>``."""
     date = time.strftime("%Y%m%d", time.gmtime(when))

@@ -45,12 +45,7 @@ def resolve(source: str, scratch: Path) -> Path:
     path = Path(source)
     if path.is_file() and path.name.endswith(".tar.gz"):
         top = archive.extract(path, scratch / path.name.removesuffix(".tar.gz"))
-        results = top / "results"
-        hosts = [p for p in results.iterdir() if p.is_dir()] if results.is_dir() else []
-        if len(hosts) != 1:
-            raise ValueError(f"{source}: expected one host under results/, "
-                             f"found {[h.name for h in hosts]}")
-        return hosts[0]
+        return archive.host_folder(top, source)
     if not (path / "tables").is_dir():
         raise ValueError(f"{source}: not a result folder (no tables/ inside)")
     return path

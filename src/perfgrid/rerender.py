@@ -28,15 +28,6 @@ from perfgrid.paths import Layout
 DERIVED = ("tables", "plots", "report.md", "report.html", "claims.png", "claims.svg")
 
 
-def _host_root(top: Path) -> Path:
-    results = top / "results"
-    hosts = [p for p in results.iterdir() if p.is_dir()] if results.is_dir() else []
-    if len(hosts) != 1:
-        raise ValueError(f"{top.name}: expected one host under results/, found "
-                         f"{sorted(h.name for h in hosts)}")
-    return hosts[0]
-
-
 def _run_git(top: Path) -> dict[str, str]:
     """The run's commit and dirtiness from the archive's GIT file."""
     facts = {"commit": "unknown", "dirty": "unknown"}
@@ -100,7 +91,7 @@ def from_archive(path: Path, out: Path) -> Path:
     scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.report-", dir=out.parent))
     try:
         top = archive.extract(path, scratch / "archive")
-        root = _host_root(top)
+        root = archive.host_folder(top, top.name)
         cfg = _config(root)
         aside = scratch / "set-aside"  # the archived outputs: only their names are read
         aside.mkdir()
