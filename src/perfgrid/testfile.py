@@ -99,16 +99,26 @@ def sidecar_of(path: str | os.PathLike[str]) -> Path:
     return Path(f"{path}.json")
 
 
-def read_facts(sidecar: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The facts of a perfgrid sidecar, or None if ``sidecar`` is absent or not perfgrid's."""
+def read_json_sidecar(sidecar: str | os.PathLike[str], keys: tuple[str, ...],
+                 limit: int = 1 << 20) -> dict[str, Any] | None:
+    """A sidecar's JSON object if it is a regular file (a link is not followed) of at most
+    ``limit`` bytes read holding every one of ``keys``; else None."""
     try:
         if not stat.S_ISREG(os.lstat(sidecar).st_mode):
             return None
         with open(sidecar, encoding="utf-8") as handle:
-            facts = json.loads(handle.read(1 << 20))
+            facts = json.loads(handle.read(limit))
     except (OSError, ValueError):
         return None
-    if not isinstance(facts, dict) or any(k not in facts for k in FACT_KEYS):
+    if not isinstance(facts, dict) or any(k not in facts for k in keys):
+        return None
+    return facts
+
+
+def read_facts(sidecar: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The facts of a perfgrid sidecar, or None if ``sidecar`` is absent or not perfgrid's."""
+    facts = read_json_sidecar(sidecar, FACT_KEYS)
+    if facts is None:
         return None
     if not isinstance(facts["size"], int) or not isinstance(facts["sha256"], str):
         return None

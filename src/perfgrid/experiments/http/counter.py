@@ -18,7 +18,6 @@ under a temporary name and linked into place only if nothing is there.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import sqlite3
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgrid.atomic import write_json
-from perfgrid.testfile import kind_of, link_new
+from perfgrid.testfile import kind_of, link_new, read_json_sidecar
 
 #: how long a worker's SQLite waits for the shared write lock before a 503
 BUSY_TIMEOUT_MS = 5000
@@ -67,15 +66,8 @@ def sidecar_of(path: str | os.PathLike[str]) -> Path:
 
 def read_sidecar(sidecar: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The facts of a perfgrid database sidecar, or None if absent or not perfgrid's."""
-    try:
-        if not stat.S_ISREG(os.lstat(sidecar).st_mode):
-            return None
-        with open(sidecar, encoding="utf-8") as handle:
-            facts = json.loads(handle.read(1 << 16))
-    except (OSError, ValueError):
-        return None
-    if (not isinstance(facts, dict) or any(k not in facts for k in SIDECAR_KEYS)
-            or facts["creator"] != "perfgrid" or facts["application_id"] != APPLICATION_ID):
+    facts = read_json_sidecar(sidecar, SIDECAR_KEYS, 1 << 16)
+    if facts is None or facts["creator"] != "perfgrid" or facts["application_id"] != APPLICATION_ID:
         return None
     return facts
 
