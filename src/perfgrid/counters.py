@@ -163,10 +163,13 @@ def refused_tracepoints(perf: str) -> dict[str, str]:
 
 @functools.cache
 def _refused(perf: str) -> tuple[tuple[str, str], ...]:
+    from perfgrid import lifetime
+
     out = []
     for event in TRACEPOINTS:
         try:
-            done = subprocess.run([perf, "stat", "-x,", "-e", event, "--", "true"],
+            done = subprocess.run(lifetime.command([perf, "stat", "-x,", "-e", event, "--",
+                                                    "true"]),
                                   capture_output=True, text=True, timeout=60, check=False)
         except (OSError, subprocess.TimeoutExpired) as err:
             out.append((event, f"not counted (perf stat -e {event} true: {err})"))

@@ -41,8 +41,10 @@ RUN_CONTEXT = "https://w3id.org/ro/terms/workflow-run/context"
 #: machine.json's ``tools`` (and the tables' older columns): name, what it is, home page
 TOOLS = {
     "cc": ("C compiler (cc)", "builds the native programs", "https://gcc.gnu.org/"),
-    "dd": ("dd", "file_read's dd rows", "https://www.gnu.org/software/coreutils/"),
-    "fio": ("fio", "file_read's fio rows", "https://github.com/axboe/fio"),
+    "dd": ("dd", "the native rows reading the test file",
+           "https://www.gnu.org/software/coreutils/"),
+    "fio": ("fio", "the native rows reading the test file in parallel",
+            "https://github.com/axboe/fio"),
     "erl": ("Erlang/OTP", "the erlang rows", "https://www.erlang.org/"),
     "ab": ("ApacheBench (ab)", "the http load generator", "https://httpd.apache.org/"),
     "perf": ("perf", "the kernel counters (perf stat)", "https://perf.wiki.kernel.org/"),
