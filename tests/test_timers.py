@@ -165,8 +165,8 @@ TIMER_CLAIMS = {
 }
 CLAIM_NAMES = list(TIMER_CLAIMS)
 SEED = {"tasks": 500_000, "rounds": 10, "max_sleep": 10.0}
-#: the gc and uvloop pairs: as many tasks, a shorter storm (not the seed's scale)
-PAIRS = {"tasks": 500_000, "rounds": 5, "max_sleep": 1.0}
+#: the gc and uvloop pairs: the claim points' tasks, a shorter storm (not the seed's scale)
+PAIRS = {"tasks": 100_000, "rounds": 3, "max_sleep": 1.0}
 
 
 def noise(seed: int, processes: int = 4, cv: float = 0.01) -> np.ndarray:
@@ -268,7 +268,7 @@ MISSING = {
     "python_costly": (lambda r: is_own(r, "python_costly"),
                       "no independent-seeding point at the seed's scale"),
     "gc_half": (lambda r: r["gc"] == "off" and r["variant"] == "asyncio",
-                "no gc on/off pair with 100,000+ tasks"),
+                "no gc on/off pair at 100,000 tasks"),
     "uvloop_helps": (lambda r: r["variant"] == "uvloop", "no uvloop/asyncio pair"),
     "erlang_near_ideal": (lambda r: is_own(r, "erlang_near_ideal"),
                           "no identical-seeding point at the seed's scale"),
