@@ -198,3 +198,14 @@ def test_a_share_of_a_count_gets_the_clopper_pearson_interval(hits: int, trials:
 def test_an_impossible_count_is_refused(call) -> None:
     with pytest.raises(ValueError, match="allowed"):
         call()
+
+
+def test_paired_estimates_in_different_rounds_combine_as_independent() -> None:
+    """Two paired ratios whose rounds differ cannot pair: the product says so."""
+    shared = [0.0, 0.3, -0.2, 0.1]
+    a = _in_rounds(2.0, shared, [0.01, -0.01, 0.02, 0.0], seed=1)
+    b = _in_rounds(1.0, shared, [0.0, 0.01, 0.0, -0.01], seed=2)
+    c = _in_rounds(1.0, shared[:3], [0.0, 0.02, 0.01], seed=3)
+    d = _in_rounds(1.0, shared[:3], [0.01, 0.0, -0.01], seed=4)
+    assert (a / b).method == (c / d).method == stats.METHOD_PAIRED
+    assert ((a / b) / (c / d)).method == stats.METHOD_ROUNDS

@@ -209,10 +209,11 @@ def paired(value: float, blocks: dict[Any, float], n_boot: int = N_BOOT) -> Esti
 
 
 def _method(parts: Sequence[Estimate]) -> str:
-    for method in (METHOD_VALUES, METHOD_HIERARCHICAL, METHOD_ROUNDS):
+    """The method of parts combined as independent (never paired: :func:`paired` is)."""
+    for method in (METHOD_VALUES, METHOD_HIERARCHICAL):
         if any(p.method == method for p in parts):
             return method
-    return METHOD_PAIRED
+    return METHOD_ROUNDS
 
 
 Interval = tuple[float, float]
