@@ -79,9 +79,10 @@ def test_claim_points_get_the_claims_repetitions() -> None:
              "block_size": 1024}
     claimed = settings.measure_of(cfg, "file_read", point)
     other = settings.measure_of(cfg, "file_read", {**point, "block_size": 4096})
-    # three rounds of one process each, spread over the run; the rest: one job of 3 values
-    assert (claimed["rounds"], claimed["processes"], claimed["values"]) == (3, 1, 1)
-    assert (other["rounds"], other["processes"], other["values"]) == (1, 1, 3)
-    assert settings.rounds_of(cfg, "file_read", point) == 3
+    # five rounds (blocks) of one process each, spread over the run; the rest: one job of
+    # 2 values
+    assert (claimed["rounds"], claimed["processes"], claimed["values"]) == (5, 1, 1)
+    assert (other["rounds"], other["processes"], other["values"]) == (1, 1, 2)
+    assert settings.rounds_of(cfg, "file_read", point) == 5
     assert settings.rounds_of(cfg, "file_read", {**point, "block_size": 4096}) == 1
     assert "claims" not in settings.measure_of(cfg, "file_read", point)

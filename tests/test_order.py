@@ -188,3 +188,37 @@ def test_a_block_runs_back_to_back_inside_its_phase() -> None:
     firsts = [[job.point for job in plan if block(job) == ("x", r)] for r in (1, 2, 3)]
     assert len({repr(f) for f in firsts}) > 1  # shuffled inside, differently each round
     assert plan != order.planned(jobs, True, 7)  # the blocks changed the plan
+
+
+def test_experiments_of_fewer_rounds_keep_their_blocks_and_span_the_run() -> None:
+    """One experiment's claim points in 8 rounds, another's in 3: the run has 8 phases, and
+    the 3-round experiment's round r runs in one block (all its points back to back) in
+    phases 1, 5 and 8, so its claims still pair within seconds and sample the whole run.
+    (Before, each of its points started in a phase of its own: a block fell apart.)"""
+    jobs = [order.Job("a", {"workers": w}, r) for r in range(1, 9) for w in (1, 2)]
+    jobs += [order.Job("b", {"level": v}, r) for r in (1, 2, 3) for v in range(4)]
+    jobs += [order.Job("c", {"size": s}, 1) for s in range(40)]
+
+    def block(job: order.Job):
+        return None if job.experiment == "c" else (job.experiment, job.round)
+
+    plan = order.planned(jobs, True, 11, block=block)
+    assert sorted(map(repr, plan)) == sorted(map(repr, jobs))
+    a_rounds = [job.round for job in plan if job.experiment == "a"]
+    assert a_rounds == sorted(a_rounds)  # phase r holds round r of the 8-round points
+    for r in (1, 2, 3):
+        places = [i for i, job in enumerate(plan) if block(job) == ("b", r)]
+        assert places == list(range(places[0], places[0] + 4)), (r, places)
+    phase_of_place = {}
+    for i, job in enumerate(plan):  # an 8-round job's round is the phase it runs in
+        if job.experiment == "a":
+            phase_of_place[i] = job.round
+    b_phases = []
+    for r in (1, 2, 3):
+        first = next(i for i, job in enumerate(plan) if block(job) == ("b", r))
+        before = [p for i, p in phase_of_place.items() if i < first]
+        after = [p for i, p in phase_of_place.items() if i > first]
+        b_phases.append((max(before, default=1), min(after, default=8)))
+    assert b_phases[0][0] <= 1 <= b_phases[0][1]
+    assert b_phases[1][0] <= 5 <= b_phases[1][1]
+    assert b_phases[2][0] <= 8 <= b_phases[2][1]

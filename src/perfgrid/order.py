@@ -61,11 +61,11 @@ def planned(jobs: list[Job], shuffle: bool, seed: int, draws: int = DRAWS,
     """``jobs`` (in sorted order) in the order they should run.
 
     The run is cut into as many phases as the most rounds any point has.
-    Round r of every point runs in phase r; a point with fewer rounds than
-    phases (measured once where only the points claims compare get rounds)
-    is assigned to one phase by the seed (sorted: the first), so that every
-    phase carries an even share of the grid and each point's rounds lie a
-    phase apart in time.
+    Round r of every such point runs in phase r; a point measured once (where
+    only the points claims compare get rounds) is assigned to one phase by the
+    seed (sorted: the first), so that every phase carries an even share of the
+    grid; a point of fewer rounds (another experiment's claims) has them spread
+    evenly over the phases, first to last (:func:`_phase`).
     Inside each phase the jobs are permuted with a generator seeded by
     ``(seed, phase)`` (the best balanced of ``draws`` permutations), or kept
     sorted. Jobs for which ``block`` gives the same key (not None) stay together
@@ -77,13 +77,14 @@ def planned(jobs: list[Job], shuffle: bool, seed: int, draws: int = DRAWS,
         rounds_of[point] = max(rounds_of.get(point, 0), job.round)
     phases = max(rounds_of.values(), default=1)
     start_of = {point: 1 for point in rounds_of}
-    fewer = [point for point, rounds in rounds_of.items() if rounds < phases]
-    if fewer and shuffle:  # sorted: they all stay in the first phase
+    once = [point for point, rounds in rounds_of.items() if rounds == 1 < phases]
+    if once and shuffle:  # sorted: they all stay in the first phase
         rng = np.random.default_rng([seed, 0])
-        for phase, share in enumerate(np.array_split(rng.permutation(len(fewer)), phases), 1):
-            for i in share:  # a point's later rounds follow its first, a phase apart
-                start_of[fewer[i]] = min(phase, phases - rounds_of[fewer[i]] + 1)
-    phase_of = {id(job): start_of[_point_key(job)] + job.round - 1 for job in jobs}
+        for phase, share in enumerate(np.array_split(rng.permutation(len(once)), phases), 1):
+            for i in share:
+                start_of[once[i]] = phase
+    phase_of = {id(job): _phase(start_of[_point_key(job)], job.round,
+                                rounds_of[_point_key(job)], phases) for job in jobs}
     out = []
     for phase in range(1, phases + 1):
         in_phase = [job for job in jobs if phase_of[id(job)] == phase]
@@ -95,6 +96,16 @@ def planned(jobs: list[Job], shuffle: bool, seed: int, draws: int = DRAWS,
             in_phase = [in_phase[i] for i in best]
         out.extend(in_phase)
     return out
+
+
+def _phase(start: int, round_: int, rounds: int, phases: int) -> int:
+    """The phase of a point's round: a point measured once, its drawn ``start``; a point
+    of R rounds, ``2 <= R < phases``, has them spread evenly over the whole run (the first
+    in phase 1, the last in the last), the same phases for every point of R rounds, so
+    the points one claim compares share their blocks' phases (and so their moments)."""
+    if rounds < 2 or rounds >= phases:
+        return start + round_ - 1
+    return 1 + round((round_ - 1) * (phases - 1) / (rounds - 1))
 
 
 def _units(jobs: list[Job], block: Callable[[Job], Hashable | None] | None) -> list[list[int]]:

@@ -42,6 +42,7 @@ The coverage of these intervals is checked by simulation in the tests.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import zlib
 from collections.abc import Callable, Sequence
@@ -85,6 +86,10 @@ class Estimate:
     #: the log of the quantity per block (round label -> log value), where it was measured
     #: in two or more rounds: a ratio of two such estimates is paired block by block
     blocks: dict[Any, float] | None = field(default=None, repr=False, compare=False)
+    #: how rows were reduced block by block before pairing (:func:`reduce`), in words
+    reduced: str = field(default="", compare=False)
+    #: the index of the row a best-of chose (:func:`reduce`), where it chose one
+    chosen: int | None = field(default=None, compare=False)
 
     # -- construction -------------------------------------------------------
     @classmethod
@@ -125,7 +130,7 @@ class Estimate:
         scale that is not positive (no log) leaves no blocks to pair."""
         blocks = None if self.blocks is None or not np.isfinite(shift) else {
             k: sign * v + shift for k, v in self.blocks.items()}
-        return Estimate(value, dev, self.df, self.method, self.reason, blocks)
+        return Estimate(value, dev, self.df, self.method, self.reason, blocks, self.reduced)
 
     def __mul__(self, other: float | Estimate) -> Estimate:
         if isinstance(other, Bounds):
@@ -185,11 +190,13 @@ def _combine(a: Estimate, b: Estimate, sign: int) -> Estimate:
     if not (a.has_interval and b.has_interval):
         return Estimate.unknown(value, _no_interval([a, b]))
     if a.blocks and b.blocks and len(a.blocks) >= 2 and a.blocks.keys() == b.blocks.keys():
-        return paired(value, {k: a.blocks[k] + sign * b.blocks[k] for k in a.blocks})
+        return paired(value, {k: a.blocks[k] + sign * b.blocks[k] for k in a.blocks},
+                      reduced="; ".join(filter(None, (a.reduced, b.reduced))))
     return Estimate(value, a.dev + sign * b.dev, _satterthwaite([a, b]), _method([a, b]))
 
 
-def paired(value: float, blocks: dict[Any, float], n_boot: int = N_BOOT) -> Estimate:
+def paired(value: float, blocks: dict[Any, float], n_boot: int = N_BOOT,
+           reduced: str = "") -> Estimate:
     """A quantity computed per block (its log per round label), centred on ``value``.
 
     Its interval is Student's t over the blocks: the deviations are normal draws with the
@@ -205,7 +212,8 @@ def paired(value: float, blocks: dict[Any, float], n_boot: int = N_BOOT) -> Esti
     rng = np.random.default_rng(seed_for(*np.round(logs, 12).tolist()))
     dev = rng.standard_normal(n_boot)
     dev = (dev - dev.mean()) / dev.std() * se
-    return Estimate(float(value), dev, float(logs.size - 1), METHOD_PAIRED, "", dict(blocks))
+    return Estimate(float(value), dev, float(logs.size - 1), METHOD_PAIRED, "", dict(blocks),
+                    reduced)
 
 
 def _method(parts: Sequence[Estimate]) -> str:
@@ -314,6 +322,11 @@ def _over(k: float, bounds: Interval | None) -> Interval | None:
     return k / bounds[1], k / bounds[0]
 
 
+#: from this many rows on, a best-of over rows measured in four or more common blocks is
+#: chosen on the first blocks and estimated on the others (narrower than simultaneous
+#: bounds, whose lower end pays for every row: at K = 4 the two are about as wide)
+CHOOSE_FROM = 5
+
 #: reductions :func:`reduce` knows, by the one-sided error each end must spend on each row
 #: (``1``: one row's own interval bounds this end; ``k``: all K rows at once)
 _ONE_ROW = {"max": (False, True), "amax": (False, True), "nanmax": (False, True),
@@ -331,6 +344,12 @@ def reduce(parts: Sequence[Estimate | Bounds],
     plain intervals; its lower end is broken if any row's lower end overshoots, so it takes
     every row at ``alpha / K`` (Bonferroni). Minimum the other way round; median both ends
     at ``alpha / K`` (conservative). One row is that row itself.
+
+    A best (or least) of :data:`CHOOSE_FROM` or more rows that were all measured in the
+    same four or more blocks is chosen on the first blocks and estimated on the others
+    instead (:func:`_chosen_on_first_blocks`): a paired estimate, narrower than bounds that
+    pay for every row. (A median taken block by block was tried and left: with an even
+    count of rows whose truths are unevenly spaced it covered 71 % of simulated draws.)
     """
     if not parts:
         raise ValueError("reduce: no estimates")
@@ -340,7 +359,11 @@ def reduce(parts: Sequence[Estimate | Bounds],
     value = float(how(values))
     if not all(p.has_interval for p in parts):
         return Estimate.unknown(value, _no_interval(parts))
+    name = getattr(how, "__name__", "reduction").removeprefix("a").removeprefix("nan")
     k = len(parts)
+    common = _common_blocks(parts)
+    if name in ("max", "min") and k >= CHOOSE_FROM and common and len(common) >= 4:
+        return _chosen_on_first_blocks(parts, common, name)
     plain_lo, plain_hi = _ONE_ROW.get(getattr(how, "__name__", ""), (False, False))
 
     def bounds(level: float) -> Interval | None:
@@ -353,9 +376,46 @@ def reduce(parts: Sequence[Estimate | Bounds],
             ends.append(float(how(np.array([f[end] for f in found]))))
         return ends[0], ends[1]
 
-    name = getattr(how, "__name__", "reduction").removeprefix("a").removeprefix("nan")
     return Bounds(value, bounds, basis=f"{name} of {k} rows, simultaneous bounds "
                                        f"(each row: {basis(parts[0])})")
+
+
+def _common_blocks(parts: Sequence[Estimate | Bounds]) -> list[Any] | None:
+    """The block labels every part was measured in, where there are two or more and every
+    part is an estimate with blocks (rows of claim points, ratios paired round by round);
+    else None (the rows are reduced by simultaneous bounds)."""
+    if not all(isinstance(p, Estimate) and p.blocks and len(p.blocks) >= 2 for p in parts):
+        return None
+    common = set.intersection(*(set(p.blocks) for p in parts))
+    return sorted(common, key=_label_order) if len(common) >= 2 else None
+
+
+def _label_order(label: Any) -> tuple[int, Any]:
+    """Round labels in their order (2 before 10), other labels after, as text."""
+    if isinstance(label, int | float) and not isinstance(label, bool):
+        return 0, label
+    return 1, str(label)
+
+
+def _chosen_on_first_blocks(parts: Sequence[Estimate], labels: list[Any],
+                            name: str) -> Estimate:
+    """The best (``max``) or least (``min``) of rows measured in the same blocks, on data
+    the choice did not see: the row is chosen on the first third of the blocks (at least
+    one) and its value taken over the others, paired over them like any quantity measured
+    block by block, so picking the luckiest row biases nothing and a ratio with another
+    point of those blocks stays paired. It covers the truth of the chosen row: never above
+    the best truth, and equal to it when the best row is clear or the rows are equally good.
+    (Cross-fitting, each block's row chosen on all the others, uses every block but covered
+    only 70-88 % of simulated draws: the choices share data.)"""
+    sign = 1.0 if name == "max" else -1.0
+    first = max(1, len(labels) // 3)
+    logs = np.array([[p.blocks[b] for b in labels] for p in parts])  # rows x blocks
+    row = int(np.argmax(sign * logs[:, :first].mean(axis=1)))
+    kept = dict(zip(labels[first:], logs[row, first:].tolist(), strict=True))
+    value = float(np.exp(np.mean(list(kept.values()))))
+    found = paired(value, kept, reduced=f"{name} of {len(parts)} rows chosen on the first "
+                                        f"{first} of {len(labels)} rounds")
+    return dataclasses.replace(found, chosen=row)
 
 
 def basis(quantity: Estimate | Bounds) -> str:
@@ -366,7 +426,9 @@ def basis(quantity: Estimate | Bounds) -> str:
     if not quantity.has_interval:
         return "no interval"
     if quantity.method == METHOD_PAIRED and quantity.blocks:
-        return f"paired over {len(quantity.blocks)} rounds (t, {len(quantity.blocks) - 1} df)"
+        n = len(quantity.blocks)
+        paired_text = f"paired over {n} rounds (t, {n - 1} df)"
+        return f"{quantity.reduced}, {paired_text}" if quantity.reduced else paired_text
     if quantity.method == METHOD_VALUES:
         return "one process: within-process noise only"
     level = "rounds" if quantity.method == METHOD_ROUNDS else "processes"

@@ -331,6 +331,14 @@ def rate_estimates(rows) -> list[Estimate]:
     return kept or estimates
 
 
+def quiet_rows(rows):
+    """The rows :func:`rate_estimates` keeps, in its order (a chosen row's index is theirs)."""
+    from perfgrid.aggregate import rate_estimate
+
+    keep = [not rate_estimate(row).reason.startswith(LEFT_OUT) for _, row in rows.iterrows()]
+    return rows[keep] if any(keep) else rows
+
+
 def rate_at(table, **where) -> Estimate | None:
     """The rate (with interval) of the row matching ``where``; the best where several do.
 
@@ -351,7 +359,11 @@ def best_row(rows):
     """
     rates = rows["rate"].astype(float)
     best = rows.loc[rates.idxmax()] if rates.notna().any() else rows.iloc[0]
-    return best, reduce(rate_estimates(rows), np.max)
+    found = reduce(rate_estimates(rows), np.max)
+    chosen = getattr(found, "chosen", None)
+    if chosen is not None:  # chosen on the first rounds: that row, not the luckiest one
+        best = quiet_rows(rows).iloc[chosen]
+    return best, found
 
 
 def median_of(parts: list[Estimate]) -> Estimate:
