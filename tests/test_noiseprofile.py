@@ -14,7 +14,7 @@ import pytest
 import yaml
 from scipy import stats as sps
 
-from perfgrid import cli, noiseprofile, report, settings
+from perfgrid import cli, config_errors, noiseprofile, report, settings
 from perfgrid.paths import Layout
 
 from helpers import FULL, REPO, compile_native, need
@@ -214,7 +214,7 @@ def with_profile(profile: dict) -> dict:
 ])
 def test_bad_blocks_are_refused_naming_the_key(blocks, what):
     config = with_profile({"blocks": blocks})
-    with pytest.raises(settings.ConfigError) as info:
+    with pytest.raises(config_errors.ConfigError) as info:
         settings.validated(config, check_disk=False)
     message = str(info.value)
     assert message.startswith("noise.profile.blocks: "), message
@@ -224,7 +224,8 @@ def test_bad_blocks_are_refused_naming_the_key(blocks, what):
 
 
 def test_an_unknown_profile_key_is_refused():
-    with pytest.raises(settings.ConfigError, match=r"noise.profile: .*allowed keys: \['blocks'\]"):
+    with pytest.raises(config_errors.ConfigError,
+                       match=r"noise.profile: .*allowed keys: \['blocks'\]"):
         settings.validated(with_profile({"blocks": 2, "values": 3}), check_disk=False)
 
 
