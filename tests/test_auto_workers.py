@@ -10,7 +10,8 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from perfgrid import config_errors, machine, planning, report, settings
+from perfgrid import config_errors, machine, planning, settings
+from perfgrid.report import run_facts
 
 from helpers import REPO
 
@@ -172,7 +173,7 @@ def test_machine_json_and_the_report_say_what_set_the_count(monkeypatch):
     assert snapshot["auto_workers"] == {
         "cpus": 2, "counts": [1, 2, 4],
         "set_by": "the cgroup CPU quota (/sys/fs/cgroup/cpu.max: 200000 100000)"}
-    text, _ = report.topology_table(snapshot)
+    text, _ = run_facts.topology_table(snapshot)
     assert ("workers: auto stood for 1, 2, 4 (built for 2 CPU(s), set by the cgroup CPU quota "
             "(/sys/fs/cgroup/cpu.max: 200000 100000); a ring's from 2)") in text
 

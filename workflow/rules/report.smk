@@ -1,5 +1,9 @@
 # Tables, plots and the report: everything derived from the raw results.
 
+# the modules of perfgrid.report (src/perfgrid/report/): editing one rewrites the report
+REPORT_CODE = sorted(f"{SRC}/report/{name}" for name in os.listdir(f"{SRC}/report")
+                     if name.endswith(".py"))
+
 
 rule table:
     input:
@@ -50,7 +54,7 @@ rule report:
         skipped=LAYOUT.skipped,
         used_config=LAYOUT.used_config,
         noise=[LAYOUT.noise_profile] if NOISE_BLOCKS else [],
-        code=[f"{SRC}/report.py", f"{SRC}/stats.py", f"{SRC}/analysis/__init__.py",
+        code=[*REPORT_CODE, f"{SRC}/stats.py", f"{SRC}/analysis/__init__.py",
               f"{SRC}/scaling.py"]
         + [f"{SRC}/analysis/{e}.py" for e in SETTINGS["experiments"]],
     output:
