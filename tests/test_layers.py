@@ -92,3 +92,12 @@ def test_shared_modules_reach_experiments_only_through_the_registry():
                    if owner(target) is not None and owner(target) != owner(module))
     assert wrong == []
     assert owner("perfgrid.experiments.http.load") == "http" and owner("perfgrid.bench") is None
+
+
+def test_machine_json_names_the_tools_an_experiment_declares():
+    """machine.json's tools, ab among them, as before perfgrid.machine asked the registry."""
+    from perfgrid import machine
+
+    assert list(machine.tools()) == [*machine.TOOL_VERSION, "erl", "ab"]
+    assert list(experiments.get("http").tools()) == ["ab"]
+    assert experiments.get("syscall").tools() == {}
