@@ -16,7 +16,7 @@ import numpy as np
 import pyperf
 import pytest
 
-from perfgrid import aggregate, bench, settings, stats
+from perfgrid import aggregate, bench, config_errors, planning, settings, stats
 from perfgrid.experiments import get
 from perfgrid.paths import Layout
 
@@ -118,8 +118,9 @@ def test_next_batch_aims_at_the_target_and_at_most_doubles(processes, ci, target
 
 def test_a_target_without_a_cap_is_refused_naming_the_key():
     cfg = {"experiments": ["syscall"], "measure": {"target_ci": 0.03, "max_seconds": None}}
-    with pytest.raises(settings.ConfigError, match=r"syscall\.measure\.max_seconds: null while "
-                                                   r"target_ci is 0\.03; allowed: a number"):
+    with pytest.raises(config_errors.ConfigError,
+                       match=r"syscall\.measure\.max_seconds: null while "
+                             r"target_ci is 0\.03; allowed: a number"):
         settings.effective(cfg, check_disk=False)
 
 
@@ -130,29 +131,29 @@ def test_claim_rounds_make_more_jobs_at_claim_points_only():
                        "measure": {"max_seconds": 30, "rounds": 1,
                                    "claims": {"rounds": 3, "max_seconds": 30}}}}
     cfg = settings.effective(cfg, check_disk=False)
-    jobs = settings.jobs(cfg)
+    jobs = planning.jobs(cfg)
     rounds: dict[str, int] = {}
     for job in jobs:
         key = json.dumps(job.point, sort_keys=True)
         rounds[key] = max(rounds.get(key, 0), job.round)
-    claimed = {json.dumps(p, sort_keys=True) for p in settings.grid(cfg, "syscall")
+    claimed = {json.dumps(p, sort_keys=True) for p in planning.grid(cfg, "syscall")
                if get("syscall").used_by_claims(p)}
     assert claimed and len(rounds) == 8
     assert {k: r for k, r in rounds.items() if r == 3}.keys() == claimed
     assert len(jobs) == 8 + 2 * len(claimed)
-    assert settings.rounds_of(cfg, "syscall") == 3  # the results are folders of rounds
+    assert planning.rounds_of(cfg, "syscall") == 3  # the results are folders of rounds
     point = json.loads(next(iter(claimed)))
-    words = settings.measure_args(cfg, "syscall", point)
+    words = planning.measure_args(cfg, "syscall", point)
     assert words[words.index("--max-seconds") + 1] == "10"  # the cap shared by 3 rounds
     other = {**point, "call": "getppid"}
-    words = settings.measure_args(cfg, "syscall", other)
+    words = planning.measure_args(cfg, "syscall", other)
     assert words[words.index("--max-seconds") + 1] == "30"
 
 
 def test_rounds_split_the_target_and_the_cap_between_their_jobs():
     cfg = {"syscall": {"measure": {"processes": 2, "target_ci": 0.03, "max_seconds": 60,
                                    "rounds": 4}}}
-    words = settings.measure_args(cfg, "syscall", None)
+    words = planning.measure_args(cfg, "syscall", None)
     assert words[words.index("--target-ci") + 1] == "0.06"
     assert words[words.index("--max-seconds") + 1] == "15"
 
@@ -248,7 +249,7 @@ def test_rounds_run_in_the_planned_order_and_merge_in_the_table(tmp_path):
     cfg.update(ROUNDS_CONFIG)
     validate(cfg, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
     cfg = settings.effective(cfg, check_disk=False)
-    plan = order.planned(settings.jobs(cfg), True, 5, block=settings.claim_block(cfg))
+    plan = order.planned(planning.jobs(cfg), True, 5, block=planning.claim_block(cfg))
     axes = get_experiment("syscall").axes
     started = []
     for path in (root / "raw").rglob("*.json"):

@@ -10,7 +10,8 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from perfgrid import machine, report, settings
+from perfgrid import config_errors, machine, planning, settings
+from perfgrid.report import run_facts
 
 from helpers import REPO
 
@@ -31,7 +32,7 @@ def effective(config: dict, cpus: int | None, monkeypatch: pytest.MonkeyPatch) -
 
 
 def points(cfg: dict) -> dict[str, set]:
-    return {e: {tuple(sorted(p.items())) for p in settings.grid(cfg, e)}
+    return {e: {tuple(sorted(p.items())) for p in planning.grid(cfg, e)}
             for e in cfg["experiments"]}
 
 
@@ -100,7 +101,7 @@ def test_a_bad_cpu_count_names_the_variable(monkeypatch, value):
     """ASCII digits only: '\u00b2' (superscript two) made int() fail without naming the
     variable, and '\u0663' (Arabic-Indic three) counted as 3."""
     monkeypatch.setenv(settings.AUTO_CPUS_ENV, value)
-    with pytest.raises(settings.ConfigError) as info:
+    with pytest.raises(config_errors.ConfigError) as info:
         settings.validated(copy.deepcopy(BASE), check_disk=False)
     assert str(info.value).startswith(f"{settings.AUTO_CPUS_ENV}={value!r} ")
     assert "allowed: a whole number from 1 to 2048 in the digits 0-9, or unset" in str(
@@ -172,7 +173,7 @@ def test_machine_json_and_the_report_say_what_set_the_count(monkeypatch):
     assert snapshot["auto_workers"] == {
         "cpus": 2, "counts": [1, 2, 4],
         "set_by": "the cgroup CPU quota (/sys/fs/cgroup/cpu.max: 200000 100000)"}
-    text, _ = report.topology_table(snapshot)
+    text, _ = run_facts.topology_table(snapshot)
     assert ("workers: auto stood for 1, 2, 4 (built for 2 CPU(s), set by the cgroup CPU quota "
             "(/sys/fs/cgroup/cpu.max: 200000 100000); a ring's from 2)") in text
 
@@ -187,6 +188,6 @@ def test_machine_json_and_the_report_say_what_set_the_count(monkeypatch):
 def test_bad_worker_axes_name_the_key_and_what_is_allowed(monkeypatch, overrides, needle):
     config = copy.deepcopy(BASE)
     config["syscall"].update(overrides)
-    with pytest.raises(settings.ConfigError) as info:
+    with pytest.raises(config_errors.ConfigError) as info:
         settings.validated(config, check_disk=False)
     assert needle in str(info.value)

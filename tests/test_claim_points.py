@@ -9,7 +9,7 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from perfgrid import analysis, experiments, settings
+from perfgrid import analysis, experiments, planning, settings
 from perfgrid.paths import REPO
 
 from synthetic import per_process, row, single
@@ -47,7 +47,7 @@ def test_claims_use_only_declared_claim_points(name: str) -> None:
     those measured once by design."""
     experiment = experiments.get(name)
     rows = []
-    for i, point in enumerate(settings.grid(_full_config(), name)):
+    for i, point in enumerate(planning.grid(_full_config(), name)):
         extra = {**point, "experiment": name, "runtime": experiment.runtime(point)}
         if experiment.used_by_claims(point):
             extra.update(_observations(point, 3, i))
@@ -77,12 +77,12 @@ def test_claim_points_get_the_claims_repetitions() -> None:
     cfg = _full_config()
     point = {"variant": "read", "cache": "warm", "binding": "none", "workers": 1,
              "block_size": 1024}
-    claimed = settings.measure_of(cfg, "file_read", point)
-    other = settings.measure_of(cfg, "file_read", {**point, "block_size": 4096})
+    claimed = planning.measure_of(cfg, "file_read", point)
+    other = planning.measure_of(cfg, "file_read", {**point, "block_size": 4096})
     # five rounds (blocks) of one process each, spread over the run; the rest: one job of
     # 2 values
     assert (claimed["rounds"], claimed["processes"], claimed["values"]) == (5, 1, 1)
     assert (other["rounds"], other["processes"], other["values"]) == (1, 1, 2)
-    assert settings.rounds_of(cfg, "file_read", point) == 5
-    assert settings.rounds_of(cfg, "file_read", {**point, "block_size": 4096}) == 1
-    assert "claims" not in settings.measure_of(cfg, "file_read", point)
+    assert planning.rounds_of(cfg, "file_read", point) == 5
+    assert planning.rounds_of(cfg, "file_read", {**point, "block_size": 4096}) == 1
+    assert "claims" not in planning.measure_of(cfg, "file_read", point)

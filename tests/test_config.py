@@ -9,7 +9,7 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from perfgrid import experiments, settings, testfile
+from perfgrid import config_errors, experiments, planning, settings, testfile
 
 from helpers import REPO, snakemake, write_config
 
@@ -356,25 +356,25 @@ REJECTED = [
 @pytest.mark.parametrize("overrides, key, allowed", REJECTED,
                          ids=[f"{o}"[:60] for o, _, _ in REJECTED])
 def test_bad_config_is_rejected_naming_the_key_and_what_is_allowed(overrides, key, allowed):
-    with pytest.raises(settings.ConfigError) as info:
+    with pytest.raises(config_errors.ConfigError) as info:
         check(overrides)
-    assert type(info.value) is settings.ConfigError
+    assert type(info.value) is config_errors.ConfigError
     message = str(info.value)
     assert message.startswith(f"{key}: "), message
     assert allowed in message, message
-    assert len(message) <= settings.MAX_MESSAGE + 100
+    assert len(message) <= config_errors.MAX_MESSAGE + 100
 
 
 def test_alias_bomb_fails_fast_with_a_short_message():
     """The shape check stops at the first path past the limit, before walking the rest."""
     bomb = yaml.safe_load(BOMB)
-    with pytest.raises(settings.ConfigError) as info:
-        settings.check_shape(bomb)
+    with pytest.raises(config_errors.ConfigError) as info:
+        config_errors.check_shape(bomb)
     assert "20,000 values" in str(info.value) and len(str(info.value)) < 300
 
 
 def test_long_messages_are_cut():
-    assert len(settings.brief("x" * 10**6)) < settings.MAX_MESSAGE + 100
+    assert len(config_errors.brief("x" * 10**6)) < config_errors.MAX_MESSAGE + 100
 
 
 def test_whole_floats_where_floats_belong_still_pass():
@@ -384,8 +384,8 @@ def test_whole_floats_where_floats_belong_still_pass():
     assert cfg["http"]["timeout_s"] == 300.0
     assert cfg["noise"]["busy_share"] == 1
     assert cfg["timers"]["max_sleep"] == [1.0]
-    assert 1.0 in {p["max_sleep"] for p in settings.grid(cfg, "timers")}
-    with pytest.raises(settings.ConfigError,
+    assert 1.0 in {p["max_sleep"] for p in planning.grid(cfg, "timers")}
+    with pytest.raises(config_errors.ConfigError,
                        match=r"^file_read\.block_sizes\[0\]: 4096\.0 is a float"):
         check({"file_read.block_sizes": [4096.0]})
 
@@ -409,7 +409,7 @@ def test_good_configs_pass(path):
     assert set(cfg["experiments"]) == set(config.get("experiments") or experiments.available())
     assert set(config.get("experiments") or SIX) <= set(cfg["experiments"])
     for name in cfg["experiments"]:
-        assert settings.grid(cfg, name), f"{path.name}: {name} has no grid point"
+        assert planning.grid(cfg, name), f"{path.name}: {name} has no grid point"
 
 
 def test_defaults_fill_a_minimal_config():
@@ -457,8 +457,9 @@ def test_cli_gives_one_short_message_and_writes_nothing(tmp_path, text, needle):
     out = result.stdout + result.stderr
     assert result.returncode != 0
     assert f"invalid config: {needle}" in out, out[-3000:]
-    assert len(out) < 4 * settings.MAX_MESSAGE, out[-3000:]
-    assert "Traceback" not in out and "settings.py" not in out and "http.py" not in out
+    assert len(out) < 4 * config_errors.MAX_MESSAGE, out[-3000:]
+    assert "Traceback" not in out and "http.py" not in out
+    assert not any(f"{name}.py" in out for name in ("settings", "config_errors", "planning"))
     assert sorted(p.name for p in tmp_path.iterdir()) == [".snakemake", "bad.yaml"]
 
 
@@ -490,4 +491,4 @@ def test_the_used_config_and_skipped_jobs_write_what_the_workflow_decided(tmp_pa
     cli.main(["used-config", "--config", json.dumps(config), str(used)])
     assert yaml.safe_load(used.read_text()) == config
     cli.main(["skipped", str(used), str(skipped)])
-    assert json.loads(skipped.read_text()) == settings.skipped(cfg)
+    assert json.loads(skipped.read_text()) == planning.skipped(cfg)

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from snakemake.utils import validate
 
-from perfgrid import aggregate, bench, counters, settings
+from perfgrid import aggregate, bench, counters, planning, settings
 from perfgrid.analysis import why
 from perfgrid.paths import REPO
 
@@ -174,17 +174,17 @@ def test_measure_counters_chooses_the_points():
     cfg = copy.deepcopy(FULL)
     validate(cfg, SCHEMA)
     cfg = settings.effective(cfg, check_disk=False)
-    timers = [p for p in settings.grid(cfg, "timers")
-              if "--counters" in settings.measure_args(cfg, "timers", p)]
+    timers = [p for p in planning.grid(cfg, "timers")
+              if "--counters" in planning.measure_args(cfg, "timers", p)]
     assert timers and {p["tasks"] for p in timers} == {100_000}
-    ring = settings.grid(cfg, "ring")[0]
-    assert "--counters" in settings.measure_args(cfg, "ring", ring)
+    ring = planning.grid(cfg, "ring")[0]
+    assert "--counters" in planning.measure_args(cfg, "ring", ring)
     cfg["ring"]["measure"]["counters"] = "none"
-    assert "--counters" not in settings.measure_args(cfg, "ring", ring)
-    http = [p for p in settings.grid(cfg, "http") if p["client"] == "builtin"][0]
-    assert "--counters" not in settings.measure_args(cfg, "http", http)
+    assert "--counters" not in planning.measure_args(cfg, "ring", ring)
+    http = [p for p in planning.grid(cfg, "http") if p["client"] == "builtin"][0]
+    assert "--counters" not in planning.measure_args(cfg, "http", http)
     cfg["http"]["measure"]["counters"] = "all"
-    assert "--counters" in settings.measure_args(cfg, "http", http)
+    assert "--counters" in planning.measure_args(cfg, "http", http)
 
 
 def test_a_real_counting_pass_through_the_harness(tmp_path):

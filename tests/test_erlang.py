@@ -12,7 +12,7 @@ import numpy as np
 import psutil
 import pytest
 
-from perfgrid import erlang, settings
+from perfgrid import erlang, planning, settings
 from perfgrid.aggregate import row_from_result
 from perfgrid.experiments import get
 from perfgrid.experiments.http import load as http_load
@@ -181,7 +181,7 @@ def test_erlang_points_are_runtime_erlang_and_filtered_by_runtimes():
     cfg = settings.effective(copy.deepcopy(FULL), check_disk=False)
     for name in ("file_read", "timers", "ring", "http", "spawn"):
         exp = get(name)
-        points = settings.grid(cfg, name)
+        points = planning.grid(cfg, name)
         erl = [p for p in points if exp.runtime(p) == "erlang"]
         assert erl and all(p["variant"].startswith("erlang") for p in erl)
         only_python = exp.points({**cfg[name], "runtimes": ["python"]}, cfg)
@@ -190,7 +190,7 @@ def test_erlang_points_are_runtime_erlang_and_filtered_by_runtimes():
 
 def test_syscall_erlang_is_one_point_skipped_with_the_reason():
     cfg = settings.effective(copy.deepcopy(FULL), check_disk=False)
-    runnable, skipped = settings.split_grid(cfg, "syscall")
+    runnable, skipped = planning.split_grid(cfg, "syscall")
     erl = [s for s in skipped if s["variant"] == "erlang"]
     assert len(erl) == 1 and "getuid" in erl[0]["reason"] and "patched" in erl[0]["reason"]
     assert all(p["variant"] != "erlang" for p in runnable)
@@ -198,10 +198,10 @@ def test_syscall_erlang_is_one_point_skipped_with_the_reason():
 
 def test_full_config_keeps_erlang_to_the_seed_points():
     cfg = settings.effective(copy.deepcopy(FULL), check_disk=False)
-    timers = [p for p in settings.grid(cfg, "timers") if p["variant"] == "erlang"]
+    timers = [p for p in planning.grid(cfg, "timers") if p["variant"] == "erlang"]
     assert {(p["tasks"], p["rounds"], p["max_sleep"]) for p in timers} == {(500000, 10, 10.0)}
     assert {p["gc"] for p in timers} == {"on"}
-    reads = [p for p in settings.grid(cfg, "file_read") if p["variant"] == "erlang_read"]
+    reads = [p for p in planning.grid(cfg, "file_read") if p["variant"] == "erlang_read"]
     assert sorted(p["block_size"] for p in reads) == [1024, 4096, 1048576]
 
 

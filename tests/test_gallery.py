@@ -23,8 +23,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfgrid import archive, cli, gallery, report
+from perfgrid import archive, cli, gallery
 from perfgrid.analysis import Claim
+from perfgrid.report.claims import read_claims, write_claims
 
 from helpers import REPO
 from synthetic import result_folder
@@ -69,7 +70,7 @@ def machine_folder(root: Path, host: str) -> Path:
         "memory_bytes": cpus * 2**30, "kernel": "6.1.0-test", "os": "Linux",
         "python": "3.11.2", "python_implementation": "CPython"}))
     claims = [claim(name, *facts) for name, facts in CLAIMS[host].items()]
-    report.write_claims(pd.DataFrame([c.as_row() for c in claims]),
+    write_claims(pd.DataFrame([c.as_row() for c in claims]),
                         folder / "claims.csv")
     (folder / "report.html").write_text(f"<!doctype html><title>report {host}</title>"
                                         f"<p>the report of {host}</p>")
@@ -135,8 +136,8 @@ def test_claims_csv_gives_back_every_field_of_every_claim(tmp_path: Path):
                     unit=" us"),
               claim("heterogeneous", "reproduced", 1.5, 1.4, 1.6)]
     path = tmp_path / "claims.csv"
-    report.write_claims(pd.DataFrame([c.as_row() for c in claims]), path)
-    back = report.read_claims(path)
+    write_claims(pd.DataFrame([c.as_row() for c in claims]), path)
+    back = read_claims(path)
     assert [c.as_row() for c in back[1:]] == [c.as_row() for c in claims[1:]]
     numbers = ("value", "ci_low", "ci_high", "threshold")
     first = back[0].as_row()
@@ -145,7 +146,7 @@ def test_claims_csv_gives_back_every_field_of_every_claim(tmp_path: Path):
         k: v for k, v in claims[0].as_row().items() if k not in numbers}
     path.write_text(path.read_text().replace("reproduced", "sort of", 1))
     with pytest.raises(ValueError, match="claims.csv line 3: verdict: 'sort of'"):
-        report.read_claims(path)
+        read_claims(path)
 
 
 def test_the_matrix_has_every_claim_of_every_host(site: Path):

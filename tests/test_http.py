@@ -22,7 +22,7 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from perfgrid import binding, settings
+from perfgrid import binding, config_errors, settings
 from perfgrid.analysis import http as analysis
 from perfgrid.experiments import get
 from perfgrid.experiments import http as http_mod
@@ -433,7 +433,7 @@ def test_a_users_database_is_refused_before_any_job_and_left_as_it_was(tmp_path,
     before = users_database(database)
     listing = tree_of(tmp_path)
     config = http_config(tmp_path, database if where == "http.database" else None)
-    with pytest.raises(settings.ConfigError) as info:  # the workflow's check, dry runs too
+    with pytest.raises(config_errors.ConfigError) as info:  # the workflow's check, dry runs too
         settings.validated(config)
     assert str(info.value).startswith(f"http.database: {database} is an SQLite database "
                                       f"with application_id 0, not perfgrid's")
@@ -445,7 +445,7 @@ def test_a_users_database_is_refused_before_any_job_and_left_as_it_was(tmp_path,
 def test_an_empty_file_is_refused_and_stays_empty(tmp_path):
     empty = tmp_path / "empty.db"
     empty.touch()
-    with pytest.raises(settings.ConfigError, match=re.escape(
+    with pytest.raises(config_errors.ConfigError, match=re.escape(
             f"http.database: {empty} is not an SQLite database (an empty file)")):
         settings.validated(http_config(tmp_path, empty))
     with pytest.raises(ValueError, match="not an SQLite database"):
@@ -488,7 +488,7 @@ def test_anything_perfgrid_did_not_create_is_refused_naming_what_differs(tmp_pat
     database = tmp_path / "x.db"
     make(database)
     listing = tree_of(tmp_path)
-    with pytest.raises(settings.ConfigError) as info:
+    with pytest.raises(config_errors.ConfigError) as info:
         settings.validated(http_config(tmp_path, database))
     assert str(info.value).startswith("http.database: ") and says in str(info.value)
     assert str(database) in str(info.value)

@@ -14,8 +14,9 @@ import pytest
 import yaml
 from scipy import stats as sps
 
-from perfgrid import cli, noiseprofile, report, settings
+from perfgrid import cli, config_errors, noiseprofile, settings
 from perfgrid.paths import Layout
+from perfgrid.report import formatting, pages, run_facts
 
 from helpers import FULL, REPO, compile_native, need
 
@@ -214,7 +215,7 @@ def with_profile(profile: dict) -> dict:
 ])
 def test_bad_blocks_are_refused_naming_the_key(blocks, what):
     config = with_profile({"blocks": blocks})
-    with pytest.raises(settings.ConfigError) as info:
+    with pytest.raises(config_errors.ConfigError) as info:
         settings.validated(config, check_disk=False)
     message = str(info.value)
     assert message.startswith("noise.profile.blocks: "), message
@@ -224,7 +225,8 @@ def test_bad_blocks_are_refused_naming_the_key(blocks, what):
 
 
 def test_an_unknown_profile_key_is_refused():
-    with pytest.raises(settings.ConfigError, match=r"noise.profile: .*allowed keys: \['blocks'\]"):
+    with pytest.raises(config_errors.ConfigError,
+                       match=r"noise.profile: .*allowed keys: \['blocks'\]"):
         settings.validated(with_profile({"blocks": 2, "values": 3}), check_disk=False)
 
 
@@ -261,7 +263,7 @@ def test_the_report_table_shows_each_pair_by_side_and_the_skipped_ones():
     profile = noiseprofile._finite({"blocks": 50, "values": VALUES, "warmups": 1,
                                     "seconds": 61.0, "pairs": {"p": pair},
                                     "skipped": {"q <b>": "no <i>test</i> file"}})
-    text, frame = report.noise_table(profile)
+    text, frame = run_facts.noise_table(profile)
     assert "50 blocks" in text and "5 values after 1 warm-up" in text
     row = frame.iloc[0]
     assert row["A / B"] == "x / y"
@@ -272,13 +274,13 @@ def test_the_report_table_shows_each_pair_by_side_and_the_skipped_ones():
     assert row["blocks for +/-5 % paired / unpaired"] == (
         f"{pair['blocks_needed_paired']} / {pair['blocks_needed_unpaired']}")
     assert frame.iloc[1]["note"] == "skipped: no <i>test</i> file"
-    html = report._html_table(frame)
+    html = pages._html_table(frame)
     assert "no &lt;i&gt;test&lt;/i&gt; file" in html and "<i>" not in html
-    assert "| p | x / y |" in report.md_table(frame)
+    assert "| p | x / y |" in formatting.md_table(frame)
 
 
 def test_without_a_profile_the_report_says_it_was_not_measured():
-    text, frame = report.noise_table(None)
+    text, frame = run_facts.noise_table(None)
     assert "noise.profile.blocks: 0" in text and frame.empty
 
 

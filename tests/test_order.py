@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
-from perfgrid import experiments, order, settings
+from perfgrid import experiments, order, planning, settings
 from perfgrid.paths import REPO
 
 #: the numeric axes of the grids (the issue names workers, block size, chains, concurrency)
@@ -43,7 +43,7 @@ def correlations(plan: list[order.Job]) -> dict[str, tuple[float, int]]:
 
 
 def test_shuffled_order_is_unrelated_to_every_numeric_axis():
-    jobs = settings.jobs(quick_config())
+    jobs = planning.jobs(quick_config())
     assert len(jobs) > 50
     per_axis: dict[str, list[float]] = {}
     for seed in SEEDS:
@@ -60,7 +60,7 @@ def test_shuffled_order_is_unrelated_to_every_numeric_axis():
 
 def test_sorted_order_is_the_grid_order():
     cfg = quick_config(shuffle=False)
-    jobs = settings.jobs(cfg)
+    jobs = planning.jobs(cfg)
     plan = order.planned(jobs, False, 0)
     assert plan == jobs  # experiment by experiment, each grid in its own order
     for axis, (rho, n) in correlations(plan).items():
@@ -68,7 +68,7 @@ def test_sorted_order_is_the_grid_order():
 
 
 def test_the_seed_decides_the_order_and_is_repeatable():
-    jobs = settings.jobs(quick_config())
+    jobs = planning.jobs(quick_config())
     assert order.planned(jobs, True, 7) == order.planned(jobs, True, 7)
     assert order.planned(jobs, True, 7) != order.planned(jobs, True, 8)
     assert sorted(map(repr, order.planned(jobs, True, 7))) == sorted(map(repr, jobs))
@@ -76,7 +76,7 @@ def test_the_seed_decides_the_order_and_is_repeatable():
 
 def test_priorities_put_the_first_job_first_and_all_below_setup_jobs():
     cfg = quick_config()
-    plan = order.planned(settings.jobs(cfg), True, 3)
+    plan = order.planned(planning.jobs(cfg), True, 3)
     axes = {e: experiments.get(e).axes for e in cfg["experiments"]}
     prio = order.priorities(plan, axes)
     ranked = sorted(prio, key=prio.get, reverse=True)

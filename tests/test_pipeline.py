@@ -9,8 +9,9 @@ import pyperf
 import pytest
 import yaml
 
-from perfgrid import experiments, report
+from perfgrid import experiments
 from perfgrid.analysis import VERDICTS
+from perfgrid.report.claims import read_claims
 
 from helpers import CONFIG, SNAKEMAKE, edited, job_counts, run
 
@@ -73,7 +74,7 @@ def test_every_grid_point_reaches_the_table_and_report(tree):
     assert flagged.count("CV above 0%") == (table["cv"] > 1e-9).sum() > 0
     assert "Verdicts: " in md and "claims.png" in md
     # the same claims, machine-readable, for perfgrid gallery: verdicts and intervals
-    claims = report.read_claims(tree / "results/tiny/claims.csv")
+    claims = read_claims(tree / "results/tiny/claims.csv")
     assert [c.verdict for c in claims] == [
         next(v for v in VERDICTS if f"| {v} |" in line) for line in claim_rows]
     assert all(c.ci_low <= c.value <= c.ci_high for c in claims)

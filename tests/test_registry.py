@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from perfgrid import erlang, experiments, jobs, settings, testfile
+from perfgrid import erlang, experiments, jobs, planning, settings, testfile
 from perfgrid.paths import Layout
 
 from helpers import snakemake, write_config
@@ -223,7 +223,7 @@ def test_a_job_gets_its_program_and_modules_only_where_its_runtime_needs_them(na
     exp = experiments.get(name)
     config = settings.validated(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
     layout = Layout(Path("results/x"))
-    points = settings.grid(config, name)
+    points = planning.grid(config, name)
     assert {exp.runtime(p) for p in points} >= {"python"}
     for point in points:
         runtime = exp.runtime(point)

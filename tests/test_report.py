@@ -8,13 +8,14 @@ import pandas as pd
 import pytest
 
 from perfgrid import report
+from perfgrid.report import formatting, pages, quality, seeds
 
 CV = 0.05
 
 
 def flagged(**columns) -> pd.DataFrame:
-    """``report.flags`` of a three-row table with ``columns``."""
-    return report.flags(pd.DataFrame({"variant": ["a", "b", "c"], **columns}), CV)
+    """``quality.flags`` of a three-row table with ``columns``."""
+    return quality.flags(pd.DataFrame({"variant": ["a", "b", "c"], **columns}), CV)
 
 
 @pytest.mark.parametrize("columns, rows, reason", [
@@ -65,7 +66,7 @@ def test_seed_row_sits_beside_each_runtimes_best_matching_row():
     here = table(("read", "python", 1024, 50.0), ("read", "python", 1024, 70.0),
                  ("dd", "native", 1024, 300.0), ("erlang_read", "erlang", 1024, 150.0),
                  ("erlang_read", "erlang", 4096, 999.0), ("read", "erlang", 1024, 1.0))
-    out = report.seed_comparison(SEED, here, ("variant", "block_size", "cache"))
+    out = seeds.seed_comparison(SEED, here, ("variant", "block_size", "cache"))
     assert out.to_dict("records") == [{
         "variant": "read", "block_size": 1024, "cache": "warm", "seed_runtime": "erlang",
         "seed_rate": 100.0, "python_rate": 70.0, "native_rate": 300.0, "erlang_rate": 150.0,
@@ -73,14 +74,14 @@ def test_seed_row_sits_beside_each_runtimes_best_matching_row():
 
 
 def test_without_the_seeds_runtime_the_python_row_is_compared():
-    out = report.seed_comparison(SEED, table(("read", "python", 1024, 50.0)),
+    out = seeds.seed_comparison(SEED, table(("read", "python", 1024, 50.0)),
                                  ("variant", "block_size"))
     assert out["here_over_seed"].tolist() == [0.5]
     assert "erlang_rate" not in out and "native_rate" not in out  # all-NaN columns dropped
 
 
 def test_no_matching_row_leaves_the_ratio_empty():
-    out = report.seed_comparison(SEED, table(("read", "python", 4096, 50.0)),
+    out = seeds.seed_comparison(SEED, table(("read", "python", 4096, 50.0)),
                                  ("variant", "block_size"))
     assert out["seed_rate"].tolist() == [100.0] and "here_over_seed" not in out
 
@@ -94,12 +95,12 @@ def test_no_matching_row_leaves_the_ratio_empty():
     (3, "3"),
 ], ids=["pipe", "newline", "nan", "big", "float", "int"])
 def test_markdown_cells_cannot_break_the_table(value, cell):
-    text = report.md_table(pd.DataFrame({"x": [value], "y": ["end"]}))
+    text = formatting.md_table(pd.DataFrame({"x": [value], "y": ["end"]}))
     assert text.splitlines() == ["| x | y |", "|---|---|", f"| {cell} | end |"]
 
 
 def test_an_empty_markdown_table_says_so():
-    assert report.md_table(pd.DataFrame()) == "_(no rows)_\n"
+    assert formatting.md_table(pd.DataFrame()) == "_(no rows)_\n"
 
 
 # -- hostile result sets ---------------------------------------------------------------
@@ -121,7 +122,7 @@ def _result_set(tmp_path, host: str):
 
 def test_the_html_report_shows_hostile_names_as_text(tmp_path):
     root = _result_set(tmp_path, f"<folder named {HOSTILE}>")
-    md, page = report.render(report.build(root, ["file_read"], CV))
+    md, page = pages.render(report.build(root, ["file_read"], CV))
     assert "&lt;img src=x onerror=alert(1)&gt;" in page
     assert "&lt;script&gt;alert(2)&lt;/script&gt;" in page
     assert "<script" not in page and "<img src=x" not in page and "<folder" not in page

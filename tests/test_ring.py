@@ -18,7 +18,7 @@ import psutil
 import pytest
 from snakemake.utils import validate
 
-from perfgrid import binding, lifetime, settings
+from perfgrid import binding, lifetime, planning, settings
 from perfgrid.analysis import ring as analysis
 from perfgrid.experiments import get
 from perfgrid.experiments import ring as ring_mod
@@ -195,7 +195,7 @@ def test_full_grid_holds_the_seeds_1000_rings_of_100():
     validate(config, SCHEMA)
     cfg = settings.effective(config, check_disk=False)
     assert (cfg["ring"]["rings"], cfg["ring"]["size"]) == (1000, 100)
-    variants = {p["variant"] for p in settings.grid(cfg, "ring")}
+    variants = {p["variant"] for p in planning.grid(cfg, "ring")}
     assert variants == {"asyncio", "uvloop", "thread", "process_pipe", "native", "erlang"}
 
 

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from perfgrid.analysis import scaling
+from perfgrid import scaling
 
 from synthetic import row, single
 

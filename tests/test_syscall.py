@@ -17,7 +17,7 @@ import pandas as pd
 import psutil
 import pytest
 
-from perfgrid import binding, counters, lifetime, settings
+from perfgrid import binding, counters, lifetime, planning, settings
 from perfgrid.aggregate import rate_estimate
 from perfgrid.analysis import syscall as analysis
 from perfgrid.experiments import get
@@ -389,8 +389,8 @@ def test_without_a_count_the_vdso_claim_falls_back_to_shares_and_says_why():
 def test_the_full_config_counts_native_clock_gettime_and_getuid_at_one_worker():
     cfg = copy.deepcopy(FULL)
     cfg = settings.effective(cfg, check_disk=False)
-    counted_points = [p for p in settings.grid(cfg, "syscall")
-                      if "--counters" in settings.measure_args(cfg, "syscall", p)]
+    counted_points = [p for p in planning.grid(cfg, "syscall")
+                      if "--counters" in planning.measure_args(cfg, "syscall", p)]
     for call in ("clock_gettime", "getuid"):
         assert any(p["variant"] == "native" and p["call"] == call and p["workers"] == 1
                    for p in counted_points), call

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from snakemake.utils import validate
 
-from perfgrid import settings
+from perfgrid import planning, settings
 from perfgrid.analysis import timers as analysis
 from perfgrid.experiments import get
 from perfgrid.experiments import timers as timers_mod
@@ -139,10 +139,10 @@ def test_full_grid_holds_the_seed_points_at_the_seed_scale():
     config = copy.deepcopy(FULL)
     validate(config, SCHEMA)
     cfg = settings.effective(config, check_disk=False)
-    points = settings.grid(cfg, "timers")
+    points = planning.grid(cfg, "timers")
     for seeding in ("independent", "identical"):
         assert point("asyncio", seeding, "on", 500_000, 10, 10.0) in points
-    assert settings.measure_of(cfg, "timers", points[0]) == {
+    assert planning.measure_of(cfg, "timers", points[0]) == {
         "processes": 1, "values": 1, "warmups": 0, "loops": 1, "target_ci": None,
         "max_seconds": None, "rounds": 1, "counters": "claims"}
 

@@ -43,20 +43,10 @@ import pyperf
 from perfgrid import binding, counters, experiments, lifetime, noise
 from perfgrid.atomic import atomic_path
 from perfgrid.experiments.base import Case
+from perfgrid.jobargs import pairs
 
 if TYPE_CHECKING:  # numpy and scipy stay out of the workers and fixed-repetition points
     from perfgrid.stats import Estimate
-
-
-def pairs(items: list[str], flag: str) -> dict[str, str]:
-    """``{KEY: VALUE}`` from repeated ``KEY=VALUE`` words of ``flag``."""
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"{flag}: expected KEY=VALUE, got {item!r}")
-        out[key] = value
-    return out
 
 
 def _forward(cmd: list[str], args: argparse.Namespace) -> None:

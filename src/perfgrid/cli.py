@@ -33,36 +33,11 @@ def _table(args: argparse.Namespace) -> None:
 
 
 def _plots(args: argparse.Namespace) -> None:
+    from perfgrid.plots import write_plots
+
     out = Path(args.out_dir)
     written = write_plots(args.experiment, Path(args.table), out)
     print(f"{args.experiment}: {len(written)} figures -> {out}")
-
-
-def write_plots(experiment: str, table_path: Path, out: Path) -> list[Path]:
-    """Draw an experiment's figures from its table into the folder ``out`` (written whole,
-    then renamed into place): the plots rule's work, and perfgrid.rerender's."""
-    import pandas as pd
-
-    from perfgrid.analysis import module
-
-    table = pd.read_csv(table_path)
-    tmp = out.with_name(f".{out.name}.tmp")
-    if tmp.exists():
-        import shutil
-
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    # an experiment whose every point was skipped has an empty table, and no figures
-    written = [] if table.empty else module(experiment).plot(table, tmp)
-    from perfgrid import experiments
-    from perfgrid.analysis import scaling
-
-    # every experiment with a worker axis: Amdahl and USL fits (scaling.csv) and their figure,
-    # up to the CPUs the run's jobs recorded (not this machine's: plots may run elsewhere)
-    written += scaling.write(table, experiments.get(experiment).axes, tmp, experiment,
-                             cpus=scaling.recorded_cpus(table))
-    tmp.rename(out)
-    return written
 
 
 def _report(args: argparse.Namespace) -> None:
@@ -93,13 +68,13 @@ def _report(args: argparse.Namespace) -> None:
 def _noise(args: argparse.Namespace) -> None:
     import yaml
 
-    from perfgrid import noiseprofile, settings
+    from perfgrid import config_errors, noiseprofile, settings
     from perfgrid.paths import REPO, Layout
 
     path = Path(args.config or REPO / "config" / "config.yaml")
     try:
         cfg = settings.validated(yaml.safe_load(path.read_text()) or {}, check_disk=False)
-    except settings.ConfigError as err:
+    except config_errors.ConfigError as err:
         raise ValueError(f"{path}: {err}") from None
     blocks = cfg["noise"]["profile"]["blocks"] if args.blocks is None else args.blocks
     if blocks == 0:
@@ -204,10 +179,10 @@ def _used_config(args: argparse.Namespace) -> None:
 def _skipped(args: argparse.Namespace) -> None:
     import yaml
 
-    from perfgrid import settings
+    from perfgrid import planning, settings
 
     cfg = settings.effective(yaml.safe_load(Path(args.config).read_text()), check_disk=False)
-    points = settings.skipped(cfg)
+    points = planning.skipped(cfg)
     write_json(args.output, points)
     print(f"skipped: {len(points)} points -> {args.output}")
 

@@ -33,7 +33,8 @@ from perfgrid import aggregate, analysis, archive, experiments, stats
 from perfgrid.analysis import literal, plot_setup, save
 from perfgrid.atomic import write_text
 from perfgrid.paths import every_table
-from perfgrid.report import html_page, md_table
+from perfgrid.report.formatting import md_table
+from perfgrid.report.pages import html_page
 
 
 def resolve(source: str, scratch: Path) -> Path:

@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from perfgrid import experiments, lifetime
     from perfgrid.atomic import write_text
-    from perfgrid.bench import pairs
+    from perfgrid.jobargs import pairs
 
     lifetime.die_with_parent(os.getppid())  # perf: dies with the job, so must we
     experiment = experiments.get(args.experiment)

@@ -41,7 +41,10 @@ from perfgrid import aggregate, analysis, archive, compare, experiments
 from perfgrid.analysis import VERDICTS, Claim, literal, palette_for, plot_setup
 from perfgrid.atomic import atomic_path, write_json, write_text
 from perfgrid.paths import Layout
-from perfgrid.report import _HUMAN, VERDICT_COLOURS, html_page, human_rate, read_claims
+from perfgrid.report.claims import read_claims
+from perfgrid.report.figure import VERDICT_COLOURS
+from perfgrid.report.formatting import _HUMAN, human_rate
+from perfgrid.report.pages import html_page
 from perfgrid.stats import Bounds, decide
 
 #: the z of a two-sided 95 % interval: a machine's standard error is its width over 2 z

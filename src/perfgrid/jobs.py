@@ -62,11 +62,6 @@ def options(experiment: Experiment, point: Point, config: dict[str, Any],
     return out
 
 
-def option_words(values: dict[str, str]) -> list[str]:
-    """``--option KEY=VALUE`` words of the harness command line."""
-    return [word for key, value in values.items() for word in ("--option", f"{key}={value}")]
-
-
 def signature_once(func: F) -> F:
     """``func`` (an input or params function) with its parameters recorded on it once.
 

@@ -46,8 +46,7 @@ def _versions() -> dict[str, str | None]:
 def tools() -> dict[str, str | None]:
     """The versions of the native tools on PATH here (None: not on PATH), recorded with the
     run so that an archive made elsewhere states what ran (perfgrid.crate)."""
-    from perfgrid import erlang, lifetime
-    from perfgrid.experiments.http import load
+    from perfgrid import erlang, experiments, lifetime
 
     out: dict[str, str | None] = {}
     for name, args in TOOL_VERSION.items():
@@ -62,8 +61,10 @@ def tools() -> dict[str, str | None]:
             out[name] = lines[0].strip() if lines else "unknown"
         except (OSError, subprocess.SubprocessError):
             out[name] = "unknown"
-    for name, missing, version in (("erl", erlang.missing, erlang.otp_release),
-                                   ("ab", load.missing_ab, load.ab_version)):
+    checks = [("erl", erlang.missing, erlang.otp_release)]
+    checks += [(tool, missing, version) for name in experiments.available()
+               for tool, (missing, version) in experiments.get(name).tools().items()]
+    for name, missing, version in checks:
         try:
             out[name] = None if missing() else version()
         except (OSError, subprocess.SubprocessError):
@@ -96,11 +97,11 @@ def _auto_workers() -> dict[str, Any]:
     """What ``workers: auto`` stands for in this run: the CPU count the grid was built for
     (PERFGRID_AUTO_CPUS, which the workflow sets where it parses the config), what set it
     (the affinity mask, a cgroup CPU quota, the variable) and its counts."""
-    from perfgrid import settings
+    from perfgrid import config_errors, settings
 
     try:
         cpus, source = settings.auto_cpu_limit()
-    except settings.ConfigError:  # the workflow refuses a bad variable before any job
+    except config_errors.ConfigError:  # the workflow refuses a bad variable before any job
         cpus, source = settings.auto_cpu_limit({})
     return {"cpus": cpus, "counts": binding.auto_workers(cpus), "set_by": source}
 

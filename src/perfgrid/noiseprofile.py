@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from perfgrid import experiments, jobs, lifetime
+from perfgrid import experiments, jobargs, jobs, lifetime
 from perfgrid.atomic import write_json
 from perfgrid.experiments.base import Experiment, NoisePair, Point
 from perfgrid.paths import NATIVE_SOURCES, PACKAGE, Layout
@@ -85,7 +85,7 @@ class Side:
         words = [sys.executable, "-m", "perfgrid.bench", self.experiment]
         for axis, value in self.point.items():
             words += ["--point", f"{axis}={value}"]
-        words += jobs.option_words(self.options)
+        words += jobargs.option_words(self.options)
         words += ["--processes", "1", "--values", str(values), "--warmups", str(warmups),
                   "--loops", str(self.loops), "--result", str(result)]
         return words

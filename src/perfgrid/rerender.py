@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from perfgrid import aggregate, archive, gitinfo, report, settings
+from perfgrid import aggregate, archive, config_errors, gitinfo, report, settings
 from perfgrid.paths import Layout
 
 #: what the pipeline derives from the raw results: set aside, made again, and what DIR gets
@@ -50,14 +50,14 @@ def _config(root: Path) -> dict[str, Any]:
     used["host"] = root.name  # null in the config: the run's hostname, this folder's name
     try:
         return settings.effective(used, check_disk=False)
-    except settings.ConfigError as err:
+    except config_errors.ConfigError as err:
         raise ValueError(f"the archive's config.used.yaml: {err}") from None
 
 
 def rebuild(root: Path, cfg: dict[str, Any], tabulated: set[str]) -> list[str]:
     """Tables and plots of ``root`` (an extracted ``results/<host>``) from its raw results;
     the experiments rebuilt: those the run ``tabulated``, in the config's order."""
-    from perfgrid.cli import write_plots
+    from perfgrid.plots import write_plots
 
     recorded = Layout.for_host(root.name, cfg["results"]).root
     names = []

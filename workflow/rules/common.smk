@@ -7,7 +7,17 @@ import shlex
 import sys
 import time
 
-from perfgrid import binding, experiments, jobs, noiseprofile, order, settings
+from perfgrid import (
+    binding,
+    config_errors,
+    experiments,
+    jobargs,
+    jobs,
+    noiseprofile,
+    order,
+    planning,
+    settings,
+)
 from perfgrid.paths import ERLANG_SOURCES, NATIVE_SOURCES, Layout
 
 # Snakemake's process holds some 130,000 objects by now (its modules, pandas, numpy),
@@ -24,8 +34,8 @@ try:
     # job sees one grid
     settings.export_auto_cpus(os.environ)
     SETTINGS = settings.validated(config)
-except settings.ConfigError as err:
-    raise WorkflowError(settings.brief(f"invalid config: {err}")) from None
+except config_errors.ConfigError as err:
+    raise WorkflowError(config_errors.brief(f"invalid config: {err}")) from None
 
 envvars:
     "PATH",
@@ -54,14 +64,14 @@ except WorkflowError:  # no --cores: a cluster run (profiles/slurm), --report, -
     # the grid's largest worker count: the CPUs a benchmark job asks SLURM for
     BENCH_THREADS = max(
         (int(p.get("workers", 1)) for e in SETTINGS["experiments"]
-         for p in settings.grid(SETTINGS, e)),
+         for p in planning.grid(SETTINGS, e)),
         default=1,
     )
 SRC = os.path.relpath(os.path.join(workflow.basedir, "src", "perfgrid"))
 # every benchmark job in the order it should run; Snakemake runs the highest priority first
-JOBS = settings.jobs(SETTINGS)
+JOBS = planning.jobs(SETTINGS)
 ORDER = order.planned(JOBS, SETTINGS["order"]["shuffle"], SETTINGS["order"]["seed"],
-                      block=settings.claim_block(SETTINGS))
+                      block=planning.claim_block(SETTINGS))
 PRIORITY = order.priorities(ORDER, {e: experiments.get(e).axes for e in SETTINGS["experiments"]})
 
 
@@ -119,7 +129,7 @@ wildcard_constraints:
 def runnable(experiment):
     """Result files of the grid points this machine can run (one per round); worked out
     once, since Snakemake asks for each experiment's table inputs more than once."""
-    rounds = settings.rounds_of(SETTINGS, experiment)
+    rounds = planning.rounds_of(SETTINGS, experiment)
     return tuple(LAYOUT.raw_result(job.experiment, job.point,
                                    round=job.round if rounds > 1 else None)
                  for job in JOBS if job.experiment == experiment)
@@ -128,13 +138,13 @@ def runnable(experiment):
 def result_pattern(experiment):
     """A benchmark rule's output: one file per point (per round when measured in rounds)."""
     exp = experiments.get(experiment)
-    return LAYOUT.raw_pattern(experiment, exp.axes, settings.rounds_of(SETTINGS, experiment))
+    return LAYOUT.raw_pattern(experiment, exp.axes, planning.rounds_of(SETTINGS, experiment))
 
 
 def log_pattern(experiment):
     """A benchmark rule's log, beside its result under logs/."""
     exp = experiments.get(experiment)
-    return LAYOUT.log_pattern(experiment, exp.axes, settings.rounds_of(SETTINGS, experiment))
+    return LAYOUT.log_pattern(experiment, exp.axes, planning.rounds_of(SETTINGS, experiment))
 
 
 def job_priority(experiment):
@@ -158,7 +168,7 @@ def bench_params(experiment):
         for axis in exp.axes:
             words += ["--point", f"{axis}={wildcards[axis]}"]
         point = exp.parse_point({a: wildcards[a] for a in exp.axes})
-        words += settings.measure_args(SETTINGS, experiment, point)
+        words += planning.measure_args(SETTINGS, experiment, point)
         words += ["--lock", str(LAYOUT.bench_lock)]
         words += ["--busy-share", str(SETTINGS["noise"]["busy_share"])]
         words += ["--steal-share", str(SETTINGS["noise"]["steal_share"]), "--verbose"]
@@ -203,7 +213,7 @@ def job_options(experiment):
     @jobs.signature_once
     def words(wildcards):
         exp = experiments.get(experiment)
-        return shlex.join(jobs.option_words(
+        return shlex.join(jobargs.option_words(
             jobs.options(exp, job_point(experiment, wildcards), SETTINGS, LAYOUT)))
 
     return words

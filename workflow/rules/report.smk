@@ -1,5 +1,9 @@
 # Tables, plots and the report: everything derived from the raw results.
 
+# the modules of perfgrid.report (src/perfgrid/report/): editing one rewrites the report
+REPORT_CODE = sorted(f"{SRC}/report/{name}" for name in os.listdir(f"{SRC}/report")
+                     if name.endswith(".py"))
+
 
 rule table:
     input:
@@ -24,7 +28,7 @@ rule table:
 rule plots:
     input:
         table=LAYOUT.table("{experiment}"),
-        code=[f"{SRC}/analysis/{{experiment}}.py", f"{SRC}/analysis/scaling.py"],
+        code=[f"{SRC}/analysis/{{experiment}}.py", f"{SRC}/scaling.py"],
     output:
         figures=report(
             directory(LAYOUT.plot_dir("{experiment}")),
@@ -50,8 +54,8 @@ rule report:
         skipped=LAYOUT.skipped,
         used_config=LAYOUT.used_config,
         noise=[LAYOUT.noise_profile] if NOISE_BLOCKS else [],
-        code=[f"{SRC}/report.py", f"{SRC}/stats.py", f"{SRC}/analysis/__init__.py",
-              f"{SRC}/analysis/scaling.py"]
+        code=[*REPORT_CODE, f"{SRC}/stats.py", f"{SRC}/analysis/__init__.py",
+              f"{SRC}/scaling.py"]
         + [f"{SRC}/analysis/{e}.py" for e in SETTINGS["experiments"]],
     output:
         html=report(LAYOUT.report_html, caption="../report/report.rst", category="report"),

@@ -39,7 +39,7 @@ rule skipped:
     log:
         LAYOUT.log("skipped.log"),
     params:
-        skipped=settings.skipped(SETTINGS),
+        skipped=planning.skipped(SETTINGS),
     conda:
         CONDA_ENV
     shell:

@@ -145,6 +145,12 @@ class Experiment:
         in it), then :attr:`code`."""
         return [*_module_files(type(self).__module__), *self.code]
 
+    def tools(self) -> dict[str, tuple[Callable[[], str | None], Callable[[], str]]]:
+        """Installed programs its jobs run beyond perfgrid.machine's ``TOOL_VERSION`` and
+        erl, each with (why it is missing or None, its version): machine.json records their
+        versions (perfgrid.machine.tools, which names no experiment)."""
+        return {}
+
     def job_mem_mb(self, config: dict[str, Any]) -> int | None:
         """The memory each of its jobs asks a cluster for, as ``mem_mb`` (passed on as SLURM's
         ``--mem``, which counts MiB), or None for the profile's ``default-resources``."""

@@ -197,6 +197,10 @@ class Http(Experiment):
         reset before every load): :func:`.counter.check_database`."""
         check_database(self.database(section, layout))
 
+    def tools(self) -> dict[str, tuple[Callable[[], str | None], Callable[[], str]]]:
+        """ab, the load generator of the ``ab`` client."""
+        return {"ab": (load.missing_ab, load.ab_version)}
+
     def uncountable(self, point: Point) -> str | None:
         if point["client"] == "openloop":
             return "not counted: an open-loop sweep is not one loop of its requests"

@@ -1,0 +1,122 @@
+"""The final report: this machine's figures beside the seeds', claim by claim.
+
+Writes one self-contained HTML file (images embedded as data URIs, no
+external requests) and a Markdown twin. Every verdict is computed from the
+tables by the experiment's analysis module; nothing here is hard-coded.
+This module gathers the report's data (:func:`build`) and writes it
+(:func:`main`); the modules beside it hold its parts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from perfgrid import experiments, gitinfo
+from perfgrid.aggregate import read_table
+from perfgrid.analysis import Claim, claims_of, module
+from perfgrid.atomic import write_text
+from perfgrid.paths import Layout
+from perfgrid.report.claims import _claims_frame, write_claims
+from perfgrid.report.figure import claims_figure
+from perfgrid.report.formatting import with_human_rates
+from perfgrid.report.pages import render
+from perfgrid.report.quality import flags, precision, precision_frame, unconverged
+from perfgrid.report.run_facts import provenance
+from perfgrid.report.seeds import seed_comparison
+
+#: statistics shown after the axes in each experiment's table
+STATS = ["n_processes", "n_values", "cv", "rate (95 % interval)", "ci_rel", "converged",
+         "ratio_to_native"]
+
+
+def extra_tables(analysis: Any, table: pd.DataFrame, plot_dir: Path,
+                 axes: tuple[str, ...]) -> list[tuple[str, str, pd.DataFrame]]:
+    """(title, note, frame) of the tables besides the main one: the scaling fits the plots
+    job wrote (``scaling.csv``), then whatever the analysis module's ``tables()`` gives."""
+    from perfgrid import scaling
+
+    out = []
+    fitted = plot_dir / "scaling.csv"
+    if fitted.exists():
+        out.append(("Scaling with workers: Amdahl and USL fits",
+                    "Fitted only over the worker counts up to the CPUs the run's jobs could "
+                    "use (CPU limit: the CPUs of their binding plans); the counts above it "
+                    "are in the figure, hollow, not fitted, and a group left with too few "
+                    "counts says so. Parameters with 95 % bootstrap intervals (refits to the "
+                    "rows' bootstrap replicates); efficiency: rate at the largest fitted "
+                    "worker count over the smallest one's scaled linearly; better model by "
+                    "AICc where both models keep two degrees of freedom.",
+                    scaling.summary(pd.read_csv(fitted), axes)))
+    if hasattr(analysis, "tables"):
+        out += analysis.tables(table)
+    return out
+
+
+def build(root: Path, experiment_names: list[str], cv_threshold: float) -> dict[str, Any]:
+    """Everything the report shows, as data (tables, claims, figure paths)."""
+    layout = Layout(root)
+    machine = json.loads(layout.machine.read_text())
+    skipped = json.loads(layout.skipped.read_text()) if layout.skipped.exists() else []
+    sections = []
+    all_claims: list[Claim] = []
+    for name in experiment_names:
+        analysis = module(name)
+        axes = experiments.get(name).axes
+        table = with_human_rates(read_table(layout.table(name), axes))
+        shown = ["runtime", *axes, *STATS, *getattr(analysis, "EXTRA_COLUMNS", [])]
+        seed_rows = getattr(analysis, "SEED_ROWS", [])
+        claims = claims_of(name, table)
+        all_claims += claims
+        grid = {axis: sorted(table[axis].dropna().unique().tolist(), key=str)
+                for axis in axes if axis in table and table[axis].notna().any()}
+        sections.append({
+            "name": name,
+            "doc": (analysis.__doc__ or "").strip(),
+            "table": table,
+            "shown": table[[c for c in dict.fromkeys(shown) if c in table]],
+            "axes": list(axes),
+            "grid": grid,
+            "claims": claims,
+            "seed": seed_comparison(seed_rows, table, axes),
+            "seed_source": sorted({r.get("source", "") for r in seed_rows}),
+            "notes": analysis.notes(table) if hasattr(analysis, "notes") else [],
+            "flags": flags(table, cv_threshold),
+            "precision": precision(table),
+            "unconverged": unconverged(table, list(axes)),
+            "figures": sorted(layout.plot_dir(name).glob("*.png")),
+            "skipped": [s for s in skipped if s["experiment"] == name],
+            "tables": extra_tables(analysis, table, layout.plot_dir(name), axes),
+        })
+    return {"machine": machine, "sections": sections, "claims": _claims_frame(all_claims),
+            "precision": precision_frame(sections),
+            "claim_list": all_claims, "git": gitinfo.facts(), "host": root.name,
+            "cv_threshold": cv_threshold,
+            "provenance": provenance(layout, sections)}
+
+
+def main(root: Path, experiment_names: list[str], html_path: str, md_path: str,
+         cv_threshold: float, testfile_facts: str = "", noise_profile: str = "none",
+         git: dict[str, str] | None = None, notes: dict[str, str] | None = None) -> None:
+    """Write the report; ``git`` (the run's commit, where not this checkout's) and
+    ``notes`` (more provenance lines) serve a report rendered from an archive."""
+    data = build(root, experiment_names, cv_threshold)
+    if git is not None:
+        data["git"] = git
+    data["provenance"].update(notes or {})
+    if noise_profile not in ("", "none"):  # the run's own profile: missing is an error
+        data["noise"] = json.loads(Path(noise_profile).read_text())
+    data["claims_figure"] = claims_figure(data["claim_list"], Layout(root).claims_figure)
+    if testfile_facts not in ("", "none") and Path(testfile_facts).exists():
+        facts = json.loads(Path(testfile_facts).read_text())
+        data["provenance"]["test_file"] = (
+            f"{facts['size']:,} bytes, seed {facts['seed']}, sha256 {facts['sha256']}, "
+            f"generated at {facts['bytes_per_s'] / 1e9:.2f} GB/s")
+    md, page = render(data)
+    write_claims(data["claims"], Layout(root).claims_table)
+    write_text(md_path, md)
+    write_text(html_path, page)
+    print(f"report: {len(data['claims'])} claims over {len(experiment_names)} experiments")

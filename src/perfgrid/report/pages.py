@@ -1,0 +1,123 @@
+"""The report's two pages, Markdown and HTML, from the templates; and :func:`html_page`,
+the one way perfgrid writes HTML (the report, compare, the gallery)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pandas as pd
+from markupsafe import Markup
+
+from perfgrid.paths import PACKAGE
+from perfgrid.report.claims import CLAIM_COLUMNS, verdict_counts
+from perfgrid.report.formatting import md_table
+from perfgrid.report.quality import uncounted_points
+from perfgrid.report.run_facts import noise_table, topology_table
+
+PRECISION_TEXT = ("Precision: points with a 95 % interval, those whose half-width is at most "
+                  "3 % of the rate, and, where measure.target_ci is set, the points whose "
+                  "interval met the target before the cap (measure.max_seconds) stopped them.")
+VERDICT_TEXT = ("A verdict is decided by the 95 % interval of the compared quantity: reproduced "
+                "or not reproduced only when the whole interval lies on one side of the "
+                "threshold; at the threshold when it straddles the threshold but lies wholly "
+                "within 5 % of it (the truth is that close to the seed's number), inconclusive "
+                "otherwise. A ratio of two points measured in the same rounds is paired round "
+                "by round (ci_method \"paired over rounds\": drift both sides share cancels), "
+                "and a best-of or a median over rows takes the rows' intervals at levels that "
+                "hold for all of them at once (\"simultaneous bounds\"). An interval over "
+                "rounds (ci_method \"hierarchical bootstrap over "
+                "rounds\": jobs spread over the run, measure.claims.rounds) holds the machine's "
+                "drift over the run; one over the processes of one job holds only the noise "
+                "of that moment, and a second run may differ by more. Why: the kernel counters "
+                "(perf stat, in an untimed pass after the timed runs) of the points a claim "
+                "compares, per unit of work; where none was counted, why not when the "
+                "counting pass could not run (perf missing, not permitted), else empty.")
+TEMPLATES = PACKAGE / "templates"
+_CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
+color:#222}table{border-collapse:collapse;font-size:.85em;margin:1em 0}td,th{border:1px solid
+#ccc;padding:.2em .5em;text-align:left;vertical-align:top}th{background:#f3f3f3}img{max-width:100%}
+.reproduced{background:#dfd}.not{background:#fdd}.inconclusive{background:#ffd}
+.at{background:#ddf}"""
+
+
+def view(data: dict[str, Any]) -> dict[str, Any]:
+    """What both templates show, in the order they show it: :func:`build`'s data with the
+    topology sentence, the verdict counts and each section's problem tables worked out."""
+    topology_text, topology = topology_table(data["machine"])
+    noise_text, noise_frame = noise_table(data.get("noise"))
+    sections = []
+    for sec in data["sections"]:
+        problems = []
+        if not sec["flags"].empty:
+            problems.append(("Flagged points",
+                             sec["flags"][["runtime", *sec["axes"], "cv", "flag"]]))
+        if not sec["unconverged"].empty:
+            problems.append(("Points that missed their interval target", sec["unconverged"]))
+        if sec["skipped"]:
+            problems.append(("Skipped points", pd.DataFrame(sec["skipped"])))
+        uncounted = uncounted_points(sec["table"], sec["axes"])
+        if not uncounted.empty:
+            problems.append(("Points whose counting pass did not run", uncounted))
+        sections.append({**sec, "problems": problems, "tables": sec.get("tables", []),
+                         "grid": [(k, ", ".join(map(str, v))) for k, v in sec["grid"].items()]})
+    claims = data["claims"][CLAIM_COLUMNS]
+    verdict_css = {"reproduced": "reproduced", "not reproduced": "not", "at the threshold": "at"}
+    prov = data["provenance"]
+    return {
+        "host": data["host"], "m": data["machine"], "git": data["git"],
+        "topology_text": topology_text, "topology_table": topology,
+        "verdict_text": f"Verdicts: {verdict_counts(data['claims'])}. {VERDICT_TEXT}",
+        "claims_figure": data.get("claims_figure"),
+        "claims": claims, "claim_columns": CLAIM_COLUMNS,
+        "claim_rows": [{**{k: str(v) for k, v in row.items()},
+                        "css": verdict_css.get(row["verdict"], "inconclusive")}
+                       for row in claims.to_dict("records")],
+        "precision_text": PRECISION_TEXT, "precision": data["precision"],
+        "noise_text": noise_text, "noise_table": noise_frame,
+        "sections": sections,
+        "provenance": [(key.replace("_", " "), prov[key]) for key in prov if key != "config"],
+        "config": prov["config"],
+        "machine_json": json.dumps(data["machine"], indent=2),
+    }
+
+
+def _html_table(frame: pd.DataFrame) -> Markup:
+    if frame.empty:
+        return Markup("<p><em>(no rows)</em></p>")
+    return Markup(frame.to_html(index=False, escape=True, na_rep="",
+                                float_format=lambda v: f"{v:.4g}"))
+
+
+def _img(path: Path) -> Markup:
+    data = base64.b64encode(path.read_bytes()).decode()
+    return Markup('<img alt="{}" src="data:image/png;base64,{}">').format(path.stem, data)
+
+
+def _environment(autoescape: bool) -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=autoescape, trim_blocks=True,
+        lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+
+
+def html_page(template: str, **context: Any) -> str:
+    """An HTML page from ``templates/<template>``, every value escaped (autoescape on).
+
+    The one way perfgrid writes HTML (report, compare, summary): a host folder's name
+    or a table cell is text, never markup; tables go through the ``table`` filter
+    (pandas ``to_html`` with escaping), images through ``img``.
+    """
+    page = _environment(autoescape=True)
+    page.filters.update(table=_html_table, img=_img)
+    return page.get_template(template).render(css=_CSS, **context)
+
+
+def render(data: dict[str, Any]) -> tuple[str, str]:
+    """The Markdown and the HTML report of :func:`build`'s data, from the two templates."""
+    shown = view(data)
+    md = _environment(autoescape=False)
+    md.filters["table"] = md_table
+    return md.get_template("report.md.j2").render(shown), html_page("report.html.j2", **shown)
