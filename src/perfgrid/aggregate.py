@@ -27,7 +27,7 @@ from typing import Any
 import pandas as pd
 import pyperf
 
-from perfgrid import counters, experiments, stats
+from perfgrid import counters, experiments, looks, stats
 from perfgrid.paths import Layout
 
 COMMON_COLUMNS = [
@@ -314,11 +314,12 @@ def build_table(experiment_name: str, paths: list[str | Path],
 
     Every result must be of this experiment and at its own point's path, and
     no point may come twice: a wrong file stops the table, naming the files.
+    Rounds a look did not measure (perfgrid.looks) are left out.
     ``recorded_as``: see :func:`row_from_results`.
     """
     experiment = experiments.get(experiment_name)
     by_point: dict[str, list[str | Path]] = {}
-    for path in paths:  # the rounds of one point sit in one folder, one file each
+    for path in looks.measured(paths):  # the rounds of one point: a folder, a file each
         folder = Path(path).parent if Layout.result_round(path) is not None else Path(path)
         by_point.setdefault(str(folder), []).append(path)
     rows, seen = [], {}

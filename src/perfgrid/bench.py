@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 
 import pyperf
 
-from perfgrid import binding, counters, experiments, lifetime, noise
+from perfgrid import binding, counters, experiments, lifetime, looks, noise
 from perfgrid.atomic import atomic_path
 from perfgrid.experiments.base import Case
 from perfgrid.jobargs import pairs
@@ -329,6 +329,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--counters", action="store_true",
                         help="after measuring, one untimed counting pass under perf stat "
                              "(perfgrid.counters)")
+    parser.add_argument("--looks", type=int, default=None,
+                        help="the looks this point's claims are judged at (perfgrid.looks), "
+                             "recorded for the claims' interval level")
+    parser.add_argument("--look", default=None,
+                        help="the look this round waits for: if it stopped the claims, the "
+                             "round is not measured and --result says so")
     parser.add_argument("--batch", action="store_true",
                         help="(internal) one batch: a plain pyperf run written to --output")
     args = runner.parse_args(argv)
@@ -361,6 +367,12 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("--result PATH is required")
     if args.target_ci is not None and args.max_seconds is None:
         raise SystemExit("--target-ci needs --max-seconds (a hard cap)")
+    if args.look:
+        record = looks.read(args.look)
+        if record.get("stop"):
+            looks.write_not_measured(args.result, args.look, record)
+            print(f"perfgrid: not measured: {record.get('why', '')}", file=sys.stderr)
+            return
     lifetime.watch_snakemake()
     with exclusive(args.lock):
         started = time.time()
@@ -371,6 +383,8 @@ def main(argv: list[str] | None = None) -> None:
         finished = time.time()
     if args.round is not None:
         outcome["perfgrid_round"] = args.round
+    if args.looks is not None:
+        outcome["perfgrid_claims_looks"] = args.looks
     bench.update_metadata({**quiet, **outcome, "perfgrid_started": started,
                            "perfgrid_finished": finished, **_slurm_metadata()})
     print(f"perfgrid: {outcome.get('perfgrid_stop', 'fixed repetitions')}", file=sys.stderr)

@@ -168,6 +168,11 @@ class Layout:
         """The http experiment's SQLite counter when ``http.database`` is not set."""
         return self.root / "data" / "http.sqlite"
 
+    def look(self, experiment: str, blocks: int | str) -> Path:
+        """The record of a look at an experiment's claims after ``blocks`` rounds
+        (perfgrid.looks)."""
+        return self.root / "looks" / experiment / f"after-{blocks}-rounds.json"
+
     def table(self, experiment: str) -> Path:
         return self.root / "tables" / f"{experiment}.csv"
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from perfgrid import experiments, order
+from perfgrid.looks import schedule as looks_schedule
 
 #: pyperf's own options among the measure keys
 MEASURE_KEYS = ("processes", "values", "warmups", "loops")
@@ -59,6 +60,10 @@ def measure_args(cfg: dict[str, Any], experiment: str,
     if point is not None and (mode == "all" or (
             mode == "claims" and experiments.get(experiment).counted_by_default(point))):
         args.append("--counters")
+    if point is not None and experiments.get(experiment).used_by_claims(point):
+        looks = len(looks_schedule(cfg, experiment))
+        if looks > 1:  # recorded, so the claims decide at the looks' level
+            args += ["--looks", str(looks)]
     rounds = int(measure.get("rounds") or 1)  # rounds_of(cfg, experiment, point)
     if measure.get("target_ci") is not None:
         args += ["--target-ci", f"{measure['target_ci'] * math.sqrt(rounds):.6g}"]

@@ -45,7 +45,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +69,29 @@ AT_THRESHOLD = 0.05
 #: the words that begin the reason of a row the claims left out (perfgrid.analysis.quiet):
 #: a verdict without an estimate says it
 LEFT_OUT = "left out of claims"
+
+
+#: the level intervals take where none is given: LEVEL, or :func:`decision_level`'s
+_decision = [LEVEL]
+
+
+@contextmanager
+def decision_level(level: float) -> Iterator[None]:
+    """Intervals inside take ``level`` by default: a claim judged at several looks
+    (perfgrid.looks) is decided on intervals of ``1 - 0.05 / looks`` at every look, so that
+    the chance of any false decision over all looks stays under 5 % (Bonferroni)."""
+    if not 0 < level < 1:
+        raise ValueError(f"level {level!r}; allowed: between 0 and 1")
+    _decision.append(float(level))
+    try:
+        yield
+    finally:
+        _decision.pop()
+
+
+def current_level() -> float:
+    """The level intervals take by default here (:func:`decision_level`)."""
+    return _decision[-1]
 
 
 @dataclass(frozen=True)
@@ -105,8 +129,10 @@ class Estimate:
     def has_interval(self) -> bool:
         return self.dev is not None and np.isfinite(self.value) and self.value > 0
 
-    def interval(self, level: float = LEVEL) -> tuple[float, float] | None:
-        """The ``level`` interval: bootstrap percentiles widened by t(df)/z."""
+    def interval(self, level: float | None = None) -> tuple[float, float] | None:
+        """The ``level`` interval (:func:`decision_level`'s, by default): bootstrap
+        percentiles widened by t(df)/z."""
+        level = level or _decision[-1]
         if not self.has_interval:
             return None
         alpha = (1 - level) / 2
@@ -249,10 +275,10 @@ class Bounds:
         #: what the interval rests on, in words (:func:`basis`)
         self.basis = basis
 
-    def interval(self, level: float = LEVEL) -> Interval | None:
+    def interval(self, level: float | None = None) -> Interval | None:
         if not (np.isfinite(self.value) and self.value > 0):
             return None
-        return self._bounds(level)
+        return self._bounds(level or _decision[-1])
 
     @property
     def has_interval(self) -> bool:
@@ -450,10 +476,10 @@ class Counted(Bounds):
         super().__init__(events / units, bounds, method, reason)
         self.events, self.units = events, units
 
-    def interval(self, level: float = LEVEL) -> Interval | None:
+    def interval(self, level: float | None = None) -> Interval | None:
         if not (np.isfinite(self.value) and self.value >= 0):
             return None
-        return self._bounds(level)
+        return self._bounds(level or _decision[-1])
 
 
 def poisson_rate(events: int, units: float, allowance: float = 0.0) -> Counted:

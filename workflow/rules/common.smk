@@ -13,6 +13,7 @@ from perfgrid import (
     experiments,
     jobargs,
     jobs,
+    looks,
     noiseprofile,
     order,
     planning,
@@ -174,6 +175,9 @@ def bench_params(experiment):
         words += ["--steal-share", str(SETTINGS["noise"]["steal_share"]), "--verbose"]
         if "round" in wildcards.keys():
             words += ["--round", wildcards.round]
+            look = looks.look_before(SETTINGS, experiment, point, int(wildcards.round))
+            if look is not None:  # measured only if that look left a claim undecided
+                words += ["--look", str(LAYOUT.look(experiment, look))]
         return shlex.join(words)
 
     return args
@@ -202,7 +206,13 @@ def job_inputs(experiment):
     @jobs.signature_once
     def named(wildcards):
         exp = experiments.get(experiment)
-        return jobs.inputs(exp, job_point(experiment, wildcards), SETTINGS, LAYOUT, SRC)
+        point = job_point(experiment, wildcards)
+        found = jobs.inputs(exp, point, SETTINGS, LAYOUT, SRC)
+        if "round" in wildcards.keys():
+            look = looks.look_before(SETTINGS, experiment, point, int(wildcards.round))
+            if look is not None:
+                found["look"] = [str(LAYOUT.look(experiment, look))]
+        return found
 
     return named
 
@@ -264,3 +274,26 @@ def noise_memory():
     """The noise profile's ``mem_mb``: the most its points' experiments ask for, if any."""
     asked = [m for m in (exp.job_mem_mb(SETTINGS) for exp, _ in NOISE_PAIRS) if m is not None]
     return {"mem_mb": max(asked)} if asked else {}
+
+
+# --- looks at an experiment's claims (rules/looks.smk, perfgrid.looks) ---------------------
+def look_results(wildcards):
+    """Input function of a look: the results of the experiment's claim points up to its
+    round, and the look before it."""
+    experiment, blocks = wildcards.experiment, int(wildcards.blocks)
+    exp = experiments.get(experiment)
+    results = [LAYOUT.raw_result(experiment, job.point, round=job.round) for job in JOBS
+               if job.experiment == experiment and job.round <= blocks
+               and exp.used_by_claims(job.point)
+               and planning.rounds_of(SETTINGS, experiment, job.point) > 1]
+    earlier = [n for n in looks.schedule(SETTINGS, experiment) if n < blocks]
+    previous = [str(LAYOUT.look(experiment, max(earlier)))] if earlier else []
+    return {"results": results, "previous": previous,
+            "code": [f"{SRC}/looks.py", f"{SRC}/stats.py", f"{SRC}/aggregate.py",
+                     f"{SRC}/analysis/__init__.py", f"{SRC}/analysis/{experiment}.py"]}
+
+
+def look_params(wildcards):
+    """The looks planned for the experiment and its claim points' last round."""
+    planned = looks.schedule(SETTINGS, wildcards.experiment)
+    return f"--looks {len(planned)} --cap {planned[-1]}"

@@ -21,7 +21,15 @@ from types import ModuleType
 
 import numpy as np
 
-from perfgrid.stats import LEFT_OUT, Estimate, basis, decide, reduce
+from perfgrid.stats import (
+    LEFT_OUT,
+    Estimate,
+    basis,
+    current_level,
+    decide,
+    decision_level,
+    reduce,
+)
 
 VERDICTS = ("reproduced", "not reproduced", "at the threshold", "inconclusive")
 
@@ -48,6 +56,8 @@ class Claim:
     why: str = ""
     #: what the interval rests on: paired rounds, rows reduced, processes (stats.basis)
     basis: str = ""
+    #: the interval's level: 0.95, or wider where the claim is judged at several looks
+    level: float = 0.95
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -68,9 +78,12 @@ def judged(experiment: str, hypothesis: str, criterion: str, quantity: Estimate,
     verdict, reason = decide(quantity, op, threshold, spec, unit)
     bounds = quantity.interval() or (math.nan, math.nan)
     measured = quantity.show(spec, unit) + (f" {detail}" if detail else "")
+    level = current_level()
     return Claim(experiment, hypothesis, criterion, measured, verdict, runtime,
                  f"{reason}; {note}" if note else reason, float(quantity.value),
-                 bounds[0], bounds[1], op, float(threshold), unit, why, basis(quantity))
+                 bounds[0], bounds[1], op, float(threshold), unit, why,
+                 basis(quantity) + (f"; {level:.1%} interval (looks)" if level != 0.95
+                                    else ""), level)
 
 
 def all_of(verdicts: list[str]) -> str:
@@ -240,8 +253,16 @@ def quiet(table):
 
 
 def claims_of(name: str, table) -> list[Claim]:
-    """Experiment ``name``'s claims on ``table``, its noisy rounds left out (:func:`quiet`)."""
-    return module(name).claims(quiet(table))
+    """Experiment ``name``'s claims on ``table``, its noisy rounds left out (:func:`quiet`).
+
+    Claims judged at several looks (perfgrid.looks; the table's ``claims_looks``) decide
+    on intervals at the looks' level, here as at every look."""
+    from perfgrid import looks
+
+    planned = table.get("claims_looks")
+    count = int(planned.max()) if planned is not None and planned.notna().any() else 1
+    with decision_level(looks.level(count)):
+        return module(name).claims(quiet(table))
 
 
 def plot_setup(table) -> list[str]:

@@ -162,7 +162,7 @@ def _all_of(parts: list[Claim], measured: str) -> Claim:
                  first.runtime, "; ".join(f"part {i + 1}: {c.reason}"
                                            for i, c in enumerate(parts)),
                  first.value, first.ci_low, first.ci_high, first.op, first.threshold,
-                 first.unit)
+                 first.unit, level=first.level)
 
 
 def claims(table: pd.DataFrame) -> list[Claim]:

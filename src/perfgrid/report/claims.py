@@ -4,6 +4,7 @@ so that other machines' claims can be set beside these (perfgrid.gallery)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -23,7 +24,7 @@ CLAIM_COLUMNS = ["experiment", "hypothesis", "criterion", "measured", "verdict",
 #: the columns of ``claims.csv``: every field of :class:`Claim`, in its order
 CLAIM_FIELDS = [f.name for f in dataclasses.fields(Claim)]
 #: columns a ``claims.csv`` of an older perfgrid may lack (read as empty)
-OPTIONAL_CLAIM_FIELDS = ("basis",)
+OPTIONAL_CLAIM_FIELDS = ("basis", "level")
 
 
 def _claims_frame(claims: list[Claim]) -> pd.DataFrame:
@@ -52,12 +53,14 @@ def read_claims(path: Path) -> list[Claim]:
             rows = list(reader)
     except (UnicodeDecodeError, csv.Error) as err:
         raise ValueError(f"{path}: not a readable claims table ({err})") from None
-    numbers = ("value", "ci_low", "ci_high", "threshold")
+    numbers = ("value", "ci_low", "ci_high", "threshold", "level")
     claims = []
     for number, row in enumerate(rows, 2):
         try:
-            fields = {k: (float(row[k]) if row[k] else float("nan")) if k in numbers
+            fields = {k: (float(row[k]) if row.get(k) else float("nan")) if k in numbers
                       else row.get(k) or "" for k in CLAIM_FIELDS}
+            if math.isnan(fields["level"]):  # a table from before the looks: 95 %
+                fields["level"] = 0.95
             claims.append(Claim(**fields))
         except ValueError as err:
             raise ValueError(f"{path} line {number}: {err}") from None
