@@ -8,7 +8,7 @@ REPORT_CODE = sorted(f"{SRC}/report/{name}" for name in os.listdir(f"{SRC}/repor
 rule table:
     input:
         results=lambda w: list(runnable(w.experiment)),
-        code=[f"{SRC}/aggregate.py", f"{SRC}/stats.py"],
+        code=[f"{SRC}/aggregate.py", f"{SRC}/stats.py", f"{SRC}/looks.py"],
     output:
         report(
             LAYOUT.table("{experiment}"),
@@ -54,6 +54,8 @@ rule report:
         skipped=LAYOUT.skipped,
         used_config=LAYOUT.used_config,
         noise=[LAYOUT.noise_profile] if NOISE_BLOCKS else [],
+        looks=[LAYOUT.look(e, n) for e in SETTINGS["experiments"]
+               for n in looks.schedule(SETTINGS, e)[:-1]],
         code=[*REPORT_CODE, f"{SRC}/stats.py", f"{SRC}/analysis/__init__.py",
               f"{SRC}/scaling.py"]
         + [f"{SRC}/analysis/{e}.py" for e in SETTINGS["experiments"]],

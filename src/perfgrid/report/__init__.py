@@ -56,6 +56,24 @@ def extra_tables(analysis: Any, table: pd.DataFrame, plot_dir: Path,
     return out
 
 
+def look_notes(layout: Layout, experiment: str) -> list[str]:
+    """One line per look at the experiment's claims (perfgrid.looks), in order: what it
+    found, and whether the rounds after it were measured."""
+    records = [json.loads(p.read_text())
+               for p in (layout.root / "looks" / experiment).glob("after-*-rounds.json")]
+    lines = []
+    for record in sorted(records, key=lambda r: r["blocks"]):
+        fresh = record.get("stopped_at") in (None, record["blocks"])
+        if record["stop"] and not fresh:
+            continue  # a later look that only passed an earlier stop on
+        outcome = ("the later rounds were not measured" if record["stop"]
+                   else "the next rounds were measured")
+        lines.append(f"Claims judged at look {record['blocks']} of {record['cap']} rounds "
+                     f"({record['looks']} looks, intervals at {record['level']:.1%}): "
+                     f"{record['why']}; {outcome}.")
+    return lines
+
+
 def build(root: Path, experiment_names: list[str], cv_threshold: float) -> dict[str, Any]:
     """Everything the report shows, as data (tables, claims, figure paths)."""
     layout = Layout(root)
@@ -83,7 +101,8 @@ def build(root: Path, experiment_names: list[str], cv_threshold: float) -> dict[
             "claims": claims,
             "seed": seed_comparison(seed_rows, table, axes),
             "seed_source": sorted({r.get("source", "") for r in seed_rows}),
-            "notes": analysis.notes(table) if hasattr(analysis, "notes") else [],
+            "notes": (analysis.notes(table) if hasattr(analysis, "notes") else [])
+            + look_notes(layout, name),
             "flags": flags(table, cv_threshold),
             "precision": precision(table),
             "unconverged": unconverged(table, list(axes)),
