@@ -209,3 +209,47 @@ def test_paired_estimates_in_different_rounds_combine_as_independent() -> None:
     d = _in_rounds(1.0, shared[:3], [0.01, 0.0, -0.01], seed=4)
     assert (a / b).method == (c / d).method == stats.METHOD_PAIRED
     assert ((a / b) / (c / d)).method == stats.METHOD_ROUNDS
+
+
+def _blocks(ratio: float, spread: float, n: int = 5) -> stats.Estimate:
+    """A ratio paired over ``n`` rounds (the production design), its per-round logs
+    ``log(ratio) +- spread`` so that their mean is exactly ``log(ratio)``."""
+    offsets = np.linspace(-spread, spread, n)
+    return stats.paired(ratio, dict(enumerate((np.log(ratio) + offsets).tolist(), 1)))
+
+
+def test_claims_on_paired_rounds_read_as_their_interval_says() -> None:
+    """With intervals of the production design (a ratio paired over five rounds, t with
+    4 df): the estimate on the claim's side but the interval across the threshold is
+    inconclusive; an interval wholly within 5 % of the threshold reads at the threshold;
+    a strict threshold at the interval's very end is not met where a loose one is."""
+    wide = _blocks(1.1, 0.20)
+    assert wide.value > 1.0 and wide.interval()[0] < 1.0
+    assert stats.decide(wide, ">=", 1.0)[0] == "inconclusive"
+    close = _blocks(1.0, 0.02)
+    low, high = close.interval()
+    assert 0.95 < low < 1.0 < high < 1.05
+    assert stats.decide(close, ">=", 1.0)[0] == "at the threshold"
+    edge = _blocks(1.3, 0.05)
+    low, high = edge.interval()
+    assert stats.decide(edge, ">=", low)[0] == "reproduced"
+    assert stats.decide(edge, ">", low)[0] != "reproduced"
+    assert stats.decide(edge, "<=", high)[0] == "reproduced"
+    assert stats.decide(edge, "<", high)[0] != "reproduced"
+    assert stats.decide(edge, ">", high)[0] == "not reproduced"
+    assert stats.decide(edge, ">=", high)[0] != "not reproduced"
+
+
+def test_a_decision_level_widens_every_interval_inside_it() -> None:
+    """Claims judged at three looks decide at 1 - 0.05 / 3: wider intervals, and the level
+    is back to 95 % after."""
+    ratio = _blocks(1.2, 0.1)
+    plain = ratio.interval()
+    with stats.decision_level(1 - 0.05 / 3):
+        wider = ratio.interval()
+        assert stats.current_level() == pytest.approx(1 - 0.05 / 3)
+    assert wider[0] < plain[0] and wider[1] > plain[1]
+    assert ratio.interval() == plain and stats.current_level() == 0.95
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        with stats.decision_level(1.5):
+            pass
