@@ -1,6 +1,6 @@
 """The effective configuration: the validated config plus what follows from it.
 
-The JSON schema (``workflow/schemas/``) checks types, ranges and names; this
+The JSON schema (perfgrid.configschema) checks types, ranges and names; this
 module checks what a schema cannot (whole floats where integers belong, NaN
 and infinities, patterns that must match the whole string, sizes in
 strings, paths that would clobber the repository or collide with the
@@ -23,12 +23,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from perfgrid import binding, experiments, order, testfile, topology
+from perfgrid import binding, configschema, experiments, order, testfile, topology
 from perfgrid.paths import REPO, RESERVED_NAMES, SOURCE_DIRS, Layout
 
 #: pyperf's own options among the measure keys
 MEASURE_KEYS = ("processes", "values", "warmups", "loops")
-SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 #: a real config has a few hundred values; more is a mistake or a YAML alias bomb
 MAX_VALUES = 20_000
 MAX_DEPTH = 24
@@ -188,17 +187,13 @@ def _strict_validator() -> Any:
     JSON schema counts 2.0 as an integer and lets NaN past every bound, and
     Python's ``$`` matches before a final newline; perfgrid wants none of it.
     """
-    import yaml
     from jsonschema import Draft202012Validator, validators
 
     checker = Draft202012Validator.TYPE_CHECKER.redefine_many(
         {"integer": _whole_integer, "number": _finite_number})
     strict = validators.extend(Draft202012Validator, {"pattern": _full_pattern},
                                type_checker=checker)
-    # libyaml's loader where PyYAML has it: a fifth of the pure-Python one's time, and
-    # this runs each time Snakemake parses the workflow
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return strict(yaml.load(SCHEMA.read_text(), Loader=loader))
+    return strict(configschema.schema())
 
 
 def check_strict(config: dict[str, Any]) -> None:
@@ -216,11 +211,10 @@ def validated(config: dict[str, Any], check_disk: bool = True) -> dict[str, Any]
     allowed; ``config`` gets the schema's defaults, as Snakemake's validate does.
     """
     from snakemake.exceptions import WorkflowError
-    from snakemake.utils import validate
 
     check_shape(config)  # first: an alias bomb must not reach the schema check
     try:
-        validate(config, str(SCHEMA))
+        configschema.validate(config)
     except WorkflowError as err:
         cause = err.__cause__ or err.__context__  # the jsonschema ValidationError
         if hasattr(cause, "absolute_path"):

@@ -8,7 +8,7 @@ import sys
 import time
 
 from perfgrid import binding, experiments, jobs, noiseprofile, order, settings
-from perfgrid.paths import ERLANG_SOURCES, NATIVE_SOURCES, Layout
+from perfgrid.paths import Layout
 
 # Snakemake's process holds some 130,000 objects by now (its modules, pandas, numpy),
 # nearly all kept for the whole run, and Python's cyclic collector scanned them again

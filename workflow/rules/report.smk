@@ -24,7 +24,7 @@ rule table:
 rule plots:
     input:
         table=LAYOUT.table("{experiment}"),
-        code=[f"{SRC}/analysis/{{experiment}}.py", f"{SRC}/analysis/scaling.py"],
+        code=[f"{SRC}/experiments/{{experiment}}/analysis.py", f"{SRC}/analysis/scaling.py"],
     output:
         figures=report(
             directory(LAYOUT.plot_dir("{experiment}")),
@@ -52,7 +52,7 @@ rule report:
         noise=[LAYOUT.noise_profile] if NOISE_BLOCKS else [],
         code=[f"{SRC}/report.py", f"{SRC}/stats.py", f"{SRC}/analysis/__init__.py",
               f"{SRC}/analysis/scaling.py"]
-        + [f"{SRC}/analysis/{e}.py" for e in SETTINGS["experiments"]],
+        + [f"{SRC}/experiments/{e}/analysis.py" for e in SETTINGS["experiments"]],
     output:
         html=report(LAYOUT.report_html, caption="../report/report.rst", category="report"),
         md=LAYOUT.report_md,
