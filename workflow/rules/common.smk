@@ -16,8 +16,9 @@ from perfgrid.paths import Layout
 # an up-to-date dry run. Frozen, later collections look only at objects made from here on.
 gc.freeze()
 
-# The schema (../schemas/config.schema.yaml, defaults filled in) and what it cannot
-# express: one short message naming the key, before any job, and nothing written.
+# The schema (perfgrid.configschema: ../schemas/ and each experiment's section, defaults
+# filled in) and what it cannot express: one short message naming the key, before any
+# job, and nothing written.
 try:
     # workers: auto counts the CPUs where the workflow is parsed; a cluster job parses it
     # again on its node, so the count (and what set it) goes with it (envvars) and every
