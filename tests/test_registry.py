@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -81,7 +82,8 @@ def test_the_registry_finds_every_experiment_in_report_order():
 def more_modules(tmp_path, monkeypatch):
     """A second folder of ``perfgrid.experiments`` for modules a test writes; the registry
     looks again with it, and once more without it afterwards."""
-    caches = (experiments._modules, experiments._load, experiments._available)
+    caches = (experiments._modules, experiments._load, experiments._available,
+              configschema._assembled)
     monkeypatch.setattr(experiments, "__path__", [*experiments.__path__, str(tmp_path)])
     for cache in caches:
         cache.cache_clear()
@@ -141,6 +143,64 @@ def test_an_experiment_in_a_lone_module_stops_the_registry_asking_for_a_package(
                        match=r"perfgrid\.experiments\.pg_extra defines EXPERIMENT in a "
                              r"module; allowed: a package, .*/pg_extra/"):
         experiments.available()
+
+
+#: a new experiment's config section, with a definition of its own
+EXTRA_SECTION = """\
+type: object
+additionalProperties: false
+default: {}
+properties:
+  size: {$ref: "#/$defs/pg_extra_size", default: 3}
+  runtimes: {$ref: "#/$defs/runtimes", default: [python]}
+$defs:
+  pg_extra_size: {type: integer, minimum: 1, description: members of the extra}
+"""
+
+
+def test_an_experiments_schema_yaml_is_its_section_of_the_assembled_schema(
+        more_modules, tmp_path, monkeypatch):
+    """A new package's schema.yaml joins the schema by itself: its section in report order,
+    its name in the enum, its definitions beside the shared ones; the schema file Snakemake
+    validates against is gone afterwards."""
+    _package(more_modules, "pg_extra", _experiment_module("pg_extra", 35))
+    (more_modules / "pg_extra" / "schema.yaml").write_text(EXTRA_SECTION)
+    schema = configschema.schema()
+    assert schema["properties"]["experiments"]["items"]["enum"] == experiments.available()
+    assert "pg_extra" in experiments.available()
+    assert list(schema["properties"])[-len(experiments.available()):] == experiments.available()
+    assert schema["$defs"]["pg_extra_size"]["minimum"] == 1
+    assert "$defs" not in schema["properties"]["pg_extra"]
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    config = {"experiments": ["pg_extra"], "pg_extra": {}}
+    configschema.validate(config)
+    assert config["pg_extra"] == {"size": 3, "runtimes": ["python"]}
+    with pytest.raises(settings.ConfigError) as err:
+        settings.validated({"pg_extra": {"size": 0}}, check_disk=False)
+    assert str(err.value) == ("pg_extra.size: 0 is less than the minimum of 1; allowed: a whole "
+                              "number without a decimal point >= 1 (members of the extra)")
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+@pytest.mark.parametrize(("section", "message"), [
+    (None, r"pg_extra/schema\.yaml: the config section of experiment pg_extra cannot be read "
+           r"\(FileNotFoundError"),
+    ("- type: object\n", r"pg_extra/schema\.yaml: a list; allowed: the JSON schema of the "
+                         r"config section pg_extra \(type: object\)"),
+    ("type: object\n$defs:\n  bindings: {type: string}\n",
+     r"pg_extra/schema\.yaml: \$defs\.bindings is defined already .*; allowed: a name of its "
+     r"own, e\.g\. pg_extra_bindings"),
+    ("type: object\nproperties: {size: [\n", r"pg_extra/schema\.yaml: the config section of "
+                                              r"experiment pg_extra cannot be read \(Parser"),
+])
+def test_a_missing_or_clashing_schema_yaml_stops_the_schema_naming_its_file(
+        more_modules, section, message):
+    _package(more_modules, "pg_extra", _experiment_module("pg_extra", 35))
+    if section is not None:
+        (more_modules / "pg_extra" / "schema.yaml").write_text(section)
+    with pytest.raises(configschema.SchemaError, match=message):
+        configschema.schema()
 
 
 def _dry_run_jobs(output: str) -> list[tuple[str, dict[str, str]]]:
