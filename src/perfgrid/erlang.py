@@ -78,10 +78,10 @@ def beam_dir(options: dict[str, str]) -> str:
 
 def compile_modules(out_dir: str | os.PathLike[str]) -> Path:
     """``erlc`` every module into ``out_dir`` (tests; the pipeline has its own rule)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     from perfgrid import jobs  # the registry, which imports the experiments using this module
 
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     sources = [str(PACKAGE / source) for source in jobs.erlang_sources().values()]
     proc = subprocess.run(lifetime.command(["erlc", "-o", str(out), *sources]),
                           capture_output=True, text=True, check=False)
