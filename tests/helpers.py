@@ -22,7 +22,6 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
-SCHEMA = str(REPO / "workflow" / "schemas" / "config.schema.yaml")
 FULL = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
 
 #: the Debian package that provides each tool the Makefile installs (`TEST_DEBS`)
@@ -62,11 +61,15 @@ def needs(*tools: str) -> pytest.MarkDecorator:
 
 
 def compile_native(name: str, out_dir: Path) -> str:
-    """Compile ``src/perfgrid/native/<name>.c`` as the pipeline does; skip without ``cc``."""
+    """Compile C program ``name`` (in its experiment's ``native/``) as the pipeline does;
+    skip without ``cc``."""
+    from perfgrid import jobs
+    from perfgrid.paths import PACKAGE
+
     need("cc")
     out = out_dir / name
-    subprocess.run(["cc", "-O2", "-Wall", "-pthread", "-o", str(out),
-                    str(REPO / "src" / "perfgrid" / "native" / f"{name}.c")], check=True)
+    subprocess.run(jobs.native_command("cc", str(PACKAGE / jobs.native_sources()[name]),
+                                       str(out)), check=True)
     return str(out)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pyperf
 import pytest
 
-from perfgrid import aggregate, bench, config_errors, planning, settings, stats
+from perfgrid import aggregate, bench, config_errors, configschema, planning, settings, stats
 from perfgrid.experiments import get
 from perfgrid.paths import Layout
 
@@ -224,7 +224,6 @@ ROUNDS_CONFIG = {
 def test_rounds_run_in_the_planned_order_and_merge_in_the_table(tmp_path):
     import pandas as pd
     import yaml
-    from snakemake.utils import validate
 
     from perfgrid import order
     from perfgrid.experiments import get as get_experiment
@@ -247,7 +246,7 @@ def test_rounds_run_in_the_planned_order_and_merge_in_the_table(tmp_path):
     # the jobs started in the planned order (their Snakemake priorities)
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     cfg.update(ROUNDS_CONFIG)
-    validate(cfg, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
+    configschema.validate(cfg)
     cfg = settings.effective(cfg, check_disk=False)
     plan = order.planned(planning.jobs(cfg), True, 5, block=planning.claim_block(cfg))
     axes = get_experiment("syscall").axes

@@ -1,8 +1,8 @@
 """docs/adding-an-experiment.md's worked example, built and run through the pipeline.
 
-The test copies the workflow, writes the guide's two modules into the copy, makes the
-edits the guide's table lists (the name in the schema, its section; the registry finds the
-module by itself), and runs Snakemake to the report: a new experiment needs nothing else.
+The test copies the workflow, writes the guide's three files of the package into the copy
+(the registry finds the package, the schema takes its section, by themselves), and runs
+Snakemake to the report: a new experiment needs nothing else.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ import pandas as pd
 import pytest
 import yaml
 
+from perfgrid.experiments.base import ANALYSIS_FILE, SCHEMA_FILE
+
 from helpers import REPO, copy_workflow
 
 GUIDE = REPO / "docs" / "adding-an-experiment.md"
-
-pytestmark = pytest.mark.pipeline
+PACKAGE = "src/perfgrid/experiments/<name>/"
 
 
 def guide_files() -> dict[str, str]:
@@ -31,17 +32,22 @@ def guide_files() -> dict[str, str]:
 
 
 def add_toy(root: Path) -> None:
-    """The guide's edits, made in the copy at ``root``."""
-    files = guide_files()
-    for name in ("src/perfgrid/experiments/toy.py", "src/perfgrid/analysis/toy.py"):
-        (root / name).write_text(files[name])
-    schema_path = root / "workflow" / "schemas" / "config.schema.yaml"
-    schema = yaml.safe_load(schema_path.read_text())
-    schema["properties"]["experiments"]["items"]["enum"].append("toy")
-    schema["properties"].update(yaml.safe_load(files["schema section"]))
-    schema_path.write_text(yaml.safe_dump(schema, sort_keys=False))
+    """The guide's files, written in the copy at ``root``: nothing else is edited."""
+    for name, text in guide_files().items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
 
 
+def test_the_guides_table_lists_the_package_files_its_example_writes():
+    """The table's package rows are the example's files, which are the names the pipeline
+    looks for; nothing outside the package is written."""
+    rows = re.findall(r"^\| `([^`]+)`", GUIDE.read_text(), re.M)
+    listed = {row.replace("<name>", "toy") for row in rows if row.startswith(PACKAGE)}
+    assert listed == set(guide_files())
+    assert {Path(name).name for name in listed} == {"__init__.py", ANALYSIS_FILE, SCHEMA_FILE}
+
+
+@pytest.mark.pipeline
 def test_the_guides_toy_experiment_runs_to_the_report(tmp_path):
     root = tmp_path / "repo"
     root.mkdir()

@@ -8,14 +8,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from snakemake.utils import validate
 
-from perfgrid import config_errors, machine, planning, settings
+from perfgrid import config_errors, configschema, machine, planning, settings
 from perfgrid.report import run_facts
 
 from helpers import REPO
 
-SCHEMA = str(REPO / "workflow" / "schemas" / "config.schema.yaml")
 BASE = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
 #: the worker lists config.yaml had before auto: on 2 CPUs auto must give the same grid
 BEFORE = {"file_read": [1, 2, 4, 8, 16], "syscall": [1, 2, 4, 8, 16], "ring": [2, 4, 8]}
@@ -27,7 +25,7 @@ def effective(config: dict, cpus: int | None, monkeypatch: pytest.MonkeyPatch) -
     else:
         monkeypatch.setenv(settings.AUTO_CPUS_ENV, str(cpus))
     config = copy.deepcopy(config)
-    validate(config, SCHEMA)
+    configschema.validate(config)
     return settings.effective(config, check_disk=False)
 
 

@@ -7,9 +7,8 @@ import json
 import pandas as pd
 import pytest
 import yaml
-from snakemake.utils import validate
 
-from perfgrid import analysis, experiments, planning, settings
+from perfgrid import analysis, configschema, experiments, planning, settings
 from perfgrid.paths import REPO
 
 from synthetic import per_process, row, single
@@ -17,7 +16,7 @@ from synthetic import per_process, row, single
 
 def _full_config() -> dict:
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    validate(cfg, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
+    configschema.validate(cfg)
     return settings.effective(cfg, check_disk=False)
 
 

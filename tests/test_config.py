@@ -7,13 +7,11 @@ import socket
 
 import pytest
 import yaml
-from snakemake.utils import validate
 
-from perfgrid import config_errors, experiments, planning, settings, testfile
+from perfgrid import config_errors, configschema, experiments, planning, settings, testfile
 
 from helpers import REPO, snakemake, write_config
 
-SCHEMA = str(REPO / "workflow" / "schemas" / "config.schema.yaml")
 #: ~300 bytes of YAML that expand to 2 x 9**7 (9.6 million) values
 BOMB = """\
 a: &a [x, x, x, x, x, x, x, x, x]
@@ -402,7 +400,7 @@ def test_good_configs_pass(path):
     assert {p.name for p in CONFIGS} >= {"config.yaml", "quick.yaml"}
     config = yaml.safe_load(path.read_text())
     merged = {**BASE, **config}
-    validate(merged, SCHEMA)
+    configschema.validate(merged)
     cfg = settings.effective(merged, check_disk=False)
     assert cfg["host"] == (config.get("host") or socket.gethostname().split(".")[0])
     assert cfg["testfile"]["size_bytes"] == testfile.parse_size(config["testfile"]["size"])
@@ -414,7 +412,7 @@ def test_good_configs_pass(path):
 
 def test_defaults_fill_a_minimal_config():
     config = {}
-    validate(config, SCHEMA)
+    configschema.validate(config)
     cfg = settings.effective(config, check_disk=False)
     assert cfg["file_read"]["block_sizes"] == [512, 1024, 4096, 65536, 1048576]
     assert cfg["testfile"]["size_bytes"] == 1 << 30

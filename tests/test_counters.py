@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from snakemake.utils import validate
 
-from perfgrid import aggregate, bench, counters, planning, settings
+from perfgrid import aggregate, bench, configschema, counters, planning, settings
 from perfgrid.analysis import why
 from perfgrid.paths import REPO
 
-from helpers import FULL, SCHEMA, need
+from helpers import FULL, need
 
 #: perf stat -x, as perf 6.1 prints it on a VM without hardware counters
 PERF_CSV = """# started on Mon Nov 30 21:00:00 2026
@@ -172,7 +171,7 @@ def test_bytes_are_counted_per_gib():
 
 def test_measure_counters_chooses_the_points():
     cfg = copy.deepcopy(FULL)
-    validate(cfg, SCHEMA)
+    configschema.validate(cfg)
     cfg = settings.effective(cfg, check_disk=False)
     timers = [p for p in planning.grid(cfg, "timers")
               if "--counters" in planning.measure_args(cfg, "timers", p)]

@@ -5,8 +5,8 @@ import threading
 import pytest
 
 from perfgrid import binding, pagecache
-from perfgrid.analysis import file_read as fr_analysis
 from perfgrid.experiments import file_read, get
+from perfgrid.experiments.file_read import analysis as fr_analysis
 
 from helpers import needs
 from synthetic import LEVELS, expected_verdict, named_claims, row

@@ -20,13 +20,11 @@ import pandas as pd
 import psutil
 import pytest
 import yaml
-from snakemake.utils import validate
 
-from perfgrid import binding, config_errors, settings
-from perfgrid.analysis import http as analysis
+from perfgrid import binding, config_errors, configschema, settings
 from perfgrid.experiments import get
 from perfgrid.experiments import http as http_mod
-from perfgrid.experiments.http import CorrectnessError, check_load
+from perfgrid.experiments.http import CorrectnessError, analysis, check_load
 from perfgrid.experiments.http import counter as sqlite_counter
 from perfgrid.experiments.http import load as http_load
 from perfgrid.experiments.http import server as http_server
@@ -37,7 +35,6 @@ from synthetic import LEVELS, expected_verdict, row, single
 
 EXP = get("http")
 CLIENTS = ["builtin", pytest.param("ab", marks=needs("ab"))]
-SCHEMA = str(REPO / "workflow" / "schemas" / "config.schema.yaml")
 
 
 def point(variant="asyncio", client="builtin", keepalive="off", bind="none", workers=1,
@@ -540,7 +537,7 @@ BASE = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
 
 def full_section() -> dict:
     config = copy.deepcopy(BASE)
-    validate(config, SCHEMA)
+    configschema.validate(config)
     return settings.effective(config, check_disk=False)["http"]
 
 

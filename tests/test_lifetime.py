@@ -21,7 +21,7 @@ import time
 import psutil
 import pytest
 
-from perfgrid import lifetime
+from perfgrid import jobs, lifetime
 
 from helpers import REPO, need, still_alive_after
 
@@ -200,8 +200,8 @@ def test_killed_job_takes_ab_with_it(tmp_path):
 def test_killed_job_takes_a_c_program_and_its_workers_with_it(tmp_path):
     need("cc")
     binary = tmp_path / "syscall"
-    subprocess.run(["cc", "-O2", "-Wall", "-o", str(binary),
-                    str(SRC / "native" / "syscall.c")], check=True)
+    subprocess.run(jobs.native_command("cc", str(SRC / jobs.native_sources()["syscall"]),
+                                       str(binary)), check=True)
     seen = kill_job_and_check(f"""
         import os
         from perfgrid import lifetime

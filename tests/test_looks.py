@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from perfgrid import looks, stats
+from perfgrid.analysis import sequential
 from perfgrid.config_errors import ConfigError
 
 DRAWS = 1000
@@ -39,10 +40,10 @@ def _sequential(truth: float, threshold: float, rng: np.random.Generator,
     with stats.decision_level(looks.level(len(schedule))):
         for n in schedule:
             claim = _claim(blocks[:n], threshold, op)
-            if claim.verdict in looks.DECIDED:
+            if claim.verdict in sequential.DECIDED:
                 return claim.verdict, n
-            power = looks.conditional_power(claim, n, schedule[-1])
-            if n < schedule[-1] and power < looks.FUTILE:
+            power = sequential.conditional_power(claim, n, schedule[-1])
+            if n < schedule[-1] and power < sequential.FUTILE:
                 return claim.verdict, n
     return claim.verdict, schedule[-1]
 
@@ -110,15 +111,15 @@ def test_level_and_schedule() -> None:
 def test_conditional_power_follows_the_distance_to_the_threshold() -> None:
     far = SimpleNamespace(value=2.0, ci_low=1.6, ci_high=2.5, threshold=1.0, level=0.95)
     near = SimpleNamespace(value=1.01, ci_low=0.8, ci_high=1.27, threshold=1.0, level=0.95)
-    assert looks.conditional_power(far, 4, 12) > 0.99
-    assert looks.conditional_power(near, 4, 12) < looks.FUTILE
+    assert sequential.conditional_power(far, 4, 12) > 0.99
+    assert sequential.conditional_power(near, 4, 12) < sequential.FUTILE
     none = SimpleNamespace(value=1.0, ci_low=math.nan, ci_high=math.nan, threshold=1.0)
-    assert math.isnan(looks.conditional_power(none, 4, 12))
+    assert math.isnan(sequential.conditional_power(none, 4, 12))
 
 
 def test_a_stopped_look_is_carried_to_the_next_and_the_rounds_after_it(tmp_path) -> None:
     first = {"stop": True, "stopped_at": 4, "why": "after 4 of 12 rounds: ...", "claims": []}
-    later = looks.judge("syscall", [], 8, 3, 12, previous=first)
+    later = sequential.judge("syscall", [], 8, 3, 12, previous=first)
     assert later["stop"] and later["stopped_at"] == 4 and later["blocks"] == 8
     result = tmp_path / "round=9.json"
     looks.write_not_measured(result, tmp_path / "after-8-rounds.json", later)

@@ -13,9 +13,8 @@ import pandas as pd
 import pytest
 from hdrh.histogram import HdrHistogram
 
-from perfgrid.analysis import http as analysis
 from perfgrid.experiments import get
-from perfgrid.experiments.http import CorrectnessError, check_load, openloop
+from perfgrid.experiments.http import CorrectnessError, analysis, check_load, openloop
 from perfgrid.experiments.http import load as http_load
 
 from synthetic import row

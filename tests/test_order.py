@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
-from perfgrid import experiments, order, planning, settings
+from perfgrid import configschema, experiments, order, planning, settings
 from perfgrid.paths import REPO
 
 #: the numeric axes of the grids (the issue names workers, block size, chains, concurrency)
@@ -22,11 +22,10 @@ SEEDS = range(1, 11)
 
 
 def quick_config(**order_keys) -> dict:
-    from snakemake.utils import validate
 
     cfg = yaml.safe_load((REPO / "config" / "quick.yaml").read_text())
     cfg["order"] = order_keys
-    validate(cfg, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
+    configschema.validate(cfg)
     return settings.effective(cfg, check_disk=False)
 
 

@@ -124,7 +124,7 @@ def test_up_to_date_dry_run_plans_nothing(tree):
 
 def test_editing_the_workload_reruns_its_jobs_and_what_derives(tree):
     points = len(GRID) - len(json.loads((tree / "results/tiny/skipped.json").read_text()))
-    with edited(tree / "src/perfgrid/experiments/file_read.py"):
+    with edited(tree / "src/perfgrid/experiments/file_read/__init__.py"):
         counts = job_counts(run(tree, "-n"))
     # the test file and its temp() ready note are removed after the run: made again first,
     # and the noise profile, which reads it, measured again before the benchmarks
@@ -134,7 +134,7 @@ def test_editing_the_workload_reruns_its_jobs_and_what_derives(tree):
 
 
 def test_editing_a_plot_reruns_only_plots_and_report(tree):
-    with edited(tree / "src/perfgrid/analysis/file_read.py"):
+    with edited(tree / "src/perfgrid/experiments/file_read/analysis.py"):
         counts = job_counts(run(tree, "-n"))
     assert counts == {"plots": 1, "report": 1, "all": 1}
 

@@ -8,40 +8,77 @@ from __future__ import annotations
 
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import yaml
 
-from perfgrid import erlang, experiments, jobs, planning, settings, testfile
-from perfgrid.paths import Layout
+from perfgrid import (
+    analysis,
+    config_errors,
+    configschema,
+    experiments,
+    jobs,
+    planning,
+    settings,
+    testfile,
+)
+from perfgrid.paths import PACKAGE, Layout
 
 from helpers import snakemake, write_config
 
 REPO = Path(__file__).resolve().parents[1]
-NATIVE = REPO / "src" / "perfgrid" / "native"
 WORDS = {w: i for i, w in enumerate(("zero", "one", "two", "three", "four", "five", "six",
                                      "seven", "eight", "nine", "ten", "eleven", "twelve"))}
 
 
-def schema() -> dict:
-    return yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
-
-
 def test_schema_knows_exactly_the_registered_experiments():
-    props = schema()["properties"]
+    """The assembled schema: the shared file names none; each section is its package's."""
+    props = configschema.schema()["properties"]
     assert props["experiments"]["items"]["enum"] == list(experiments.available())
-    assert set(experiments.available()) <= set(props)
+    shared = yaml.safe_load(configschema.SHARED.read_text())
+    assert shared["properties"]["experiments"]["items"]["enum"] == []
+    assert not set(experiments.available()) & {*shared["properties"], *shared["$defs"]}
+    for name in experiments.available():
+        section = yaml.safe_load((PACKAGE / "experiments" / name / "schema.yaml").read_text())
+        section.pop("$defs", None)
+        assert props[name] == section
+        assert props[name]["properties"]["runtimes"]["$ref"] == "#/$defs/runtimes"
+
+
+def test_an_experiment_is_one_package_of_the_same_files():
+    """Every experiment's package holds its workload, analysis and config section, and the
+    sources of exactly the programs it declares; no shared folder holds any of them."""
+    for name in experiments.available():
+        exp = experiments.get(name)
+        folder = PACKAGE / "experiments" / name
+        assert exp.folder() == folder
+        assert {"__init__.py", "analysis.py", "schema.yaml"} <= {p.name for p in folder.iterdir()}
+        assert analysis.module(name).__file__ == str(folder / "analysis.py")
+        assert sorted(p.relative_to(PACKAGE).as_posix() for p in folder.glob("native/*")) == (
+            [f"experiments/{name}/native/{exp.native_program}.c"] if exp.native_program else [])
+        assert sorted(p.relative_to(PACKAGE).as_posix() for p in folder.glob("erlang/*")) == (
+            [f"experiments/{name}/erlang/{exp.erlang_module}.erl"] if exp.erlang_module else [])
+    assert [p.name for p in (PACKAGE / "native").iterdir()] == ["perfgrid.h"]
+    assert [p.name for p in (PACKAGE / "erlang_src").iterdir()] == ["pg_util.erl"]
+    assert not [p for p in (PACKAGE / "analysis").glob("*.py")
+                if p.stem in experiments.available()]
 
 
 def test_every_erlang_source_is_pg_util_or_a_registered_experiments_module():
     declared = {experiments.get(e).erlang_module for e in experiments.available()} - {None}
-    assert {p.stem for p in erlang.SOURCE_DIR.glob("*.erl")} == {jobs.ERLANG_UTIL, *declared}
+    sources = jobs.erlang_sources()
+    assert set(sources) == {jobs.ERLANG_UTIL, *declared}
+    assert all((PACKAGE / path).is_file() for path in sources.values())
 
 
 def test_every_native_program_has_its_source_and_every_source_an_experiment():
     declared = {experiments.get(e).native_program for e in experiments.available()} - {None}
-    assert {p.stem for p in NATIVE.glob("*.c")} == declared
+    sources = jobs.native_sources()
+    assert set(sources) == declared
+    assert all((PACKAGE / path).is_file() for path in sources.values())
+    assert {p.stem for p in PACKAGE.glob("experiments/*/native/*.c")} == declared
 
 
 def test_the_registry_finds_every_experiment_in_report_order():
@@ -54,13 +91,14 @@ def test_the_registry_finds_every_experiment_in_report_order():
 def more_modules(tmp_path, monkeypatch):
     """A second folder of ``perfgrid.experiments`` for modules a test writes; the registry
     looks again with it, and once more without it afterwards."""
-    caches = (experiments._modules, experiments._load, experiments._available)
+    caches = (experiments._modules, experiments._load, experiments._available,
+              configschema._assembled)
     monkeypatch.setattr(experiments, "__path__", [*experiments.__path__, str(tmp_path)])
     for cache in caches:
         cache.cache_clear()
     yield tmp_path
     monkeypatch.undo()
-    for path in tmp_path.glob("*.py"):
+    for path in tmp_path.iterdir():
         sys.modules.pop(f"perfgrid.experiments.{path.stem}", None)
     for cache in caches:
         cache.cache_clear()
@@ -73,9 +111,14 @@ def _experiment_module(name: str, position: int | None) -> str:
             f"EXPERIMENT = Extra()\n")
 
 
-def test_a_module_that_defines_experiment_is_one_in_its_place_and_a_helper_is_not(
+def _package(folder: Path, name: str, source: str) -> None:
+    (folder / name).mkdir()
+    (folder / name / "__init__.py").write_text(source)
+
+
+def test_a_package_that_defines_experiment_is_one_in_its_place_and_a_helper_is_not(
         more_modules):
-    (more_modules / "pg_extra.py").write_text(_experiment_module("pg_extra", 35))
+    _package(more_modules, "pg_extra", _experiment_module("pg_extra", 35))
     (more_modules / "pg_helper.py").write_text("HELPED = True\n")
     assert experiments.available() == ["spawn", "file_read", "syscall", "pg_extra", "timers",
                                        "ring", "http"]
@@ -95,10 +138,78 @@ def test_a_module_that_defines_experiment_is_one_in_its_place_and_a_helper_is_no
 ])
 def test_a_broken_experiment_module_stops_the_registry_naming_it(more_modules, source,
                                                                   message):
-    (more_modules / "pg_extra.py").write_text(source)
+    _package(more_modules, "pg_extra", source)
     with pytest.raises(experiments.RegistryError, match=message):
         experiments.available()
     assert experiments.get("ring").name == "ring"  # a job of another experiment still runs
+
+
+def test_an_experiment_in_a_lone_module_stops_the_registry_asking_for_a_package(more_modules):
+    """An experiment is its package (analysis.py, schema.yaml beside it): a module that
+    defines one is refused, not left out of the grid unnoticed."""
+    (more_modules / "pg_extra.py").write_text(_experiment_module("pg_extra", 35))
+    with pytest.raises(experiments.RegistryError,
+                       match=r"perfgrid\.experiments\.pg_extra defines EXPERIMENT in a "
+                             r"module; allowed: a package, .*/pg_extra/"):
+        experiments.available()
+
+
+#: a new experiment's config section, with a definition of its own
+EXTRA_SECTION = """\
+type: object
+additionalProperties: false
+default: {}
+properties:
+  size: {$ref: "#/$defs/pg_extra_size", default: 3}
+  runtimes: {$ref: "#/$defs/runtimes", default: [python]}
+$defs:
+  pg_extra_size: {type: integer, minimum: 1, description: members of the extra}
+"""
+
+
+def test_an_experiments_schema_yaml_is_its_section_of_the_assembled_schema(
+        more_modules, tmp_path, monkeypatch):
+    """A new package's schema.yaml joins the schema by itself: its section in report order,
+    its name in the enum, its definitions beside the shared ones; the schema file Snakemake
+    validates against is gone afterwards."""
+    _package(more_modules, "pg_extra", _experiment_module("pg_extra", 35))
+    (more_modules / "pg_extra" / "schema.yaml").write_text(EXTRA_SECTION)
+    schema = configschema.schema()
+    assert schema["properties"]["experiments"]["items"]["enum"] == experiments.available()
+    assert "pg_extra" in experiments.available()
+    assert list(schema["properties"])[-len(experiments.available()):] == experiments.available()
+    assert schema["$defs"]["pg_extra_size"]["minimum"] == 1
+    assert "$defs" not in schema["properties"]["pg_extra"]
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    config = {"experiments": ["pg_extra"], "pg_extra": {}}
+    configschema.validate(config)
+    assert config["pg_extra"] == {"size": 3, "runtimes": ["python"]}
+    with pytest.raises(config_errors.ConfigError) as err:
+        settings.validated({"pg_extra": {"size": 0}}, check_disk=False)
+    assert str(err.value) == ("pg_extra.size: 0 is less than the minimum of 1; allowed: a whole "
+                              "number without a decimal point >= 1 (members of the extra)")
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+@pytest.mark.parametrize(("section", "message"), [
+    (None, r"pg_extra/schema\.yaml: the config section of experiment pg_extra cannot be read "
+           r"\(FileNotFoundError"),
+    ("- type: object\n", r"pg_extra/schema\.yaml: a list; allowed: the JSON schema of the "
+                         r"config section pg_extra \(type: object\)"),
+    ("type: object\n$defs:\n  bindings: {type: string}\n",
+     r"pg_extra/schema\.yaml: \$defs\.bindings is defined already .*; allowed: a name of its "
+     r"own, e\.g\. pg_extra_bindings"),
+    ("type: object\nproperties: {size: [\n", r"pg_extra/schema\.yaml: the config section of "
+                                              r"experiment pg_extra cannot be read \(Parser"),
+])
+def test_a_missing_or_clashing_schema_yaml_stops_the_schema_naming_its_file(
+        more_modules, section, message):
+    _package(more_modules, "pg_extra", _experiment_module("pg_extra", 35))
+    if section is not None:
+        (more_modules / "pg_extra" / "schema.yaml").write_text(section)
+    with pytest.raises(configschema.SchemaError, match=message):
+        configschema.schema()
 
 
 def _dry_run_jobs(output: str) -> list[tuple[str, dict[str, str]]]:
@@ -154,13 +265,17 @@ def test_every_experiment_declares_code_that_exists():
             assert (src / path).is_file(), (name, path)
 
 
-@pytest.mark.parametrize("name", ["spawn", "ring", "http"])
-def test_a_package_experiments_jobs_take_every_module_of_its_package(name):
-    """Editing any module of ``experiments/<name>/`` reruns that experiment's jobs."""
+@pytest.mark.parametrize("name", experiments.available())
+def test_an_experiments_jobs_take_every_module_of_its_package_but_its_analysis(name):
+    """Editing any module of ``experiments/<name>/`` but ``analysis.py`` reruns that
+    experiment's jobs; editing its analysis reruns its plots and the report only."""
     package = REPO / "src" / "perfgrid" / "experiments" / name
     modules = {f"experiments/{name}/{p.name}" for p in package.glob("*.py")}
-    assert len(modules) > 1
-    assert set(experiments.get(name).sources()) >= modules
+    analysis_file = f"experiments/{name}/analysis.py"
+    assert {f"experiments/{name}/__init__.py", analysis_file} <= modules
+    sources = set(experiments.get(name).sources())
+    assert sources >= modules - {analysis_file}
+    assert analysis_file not in sources
 
 
 def test_generic_code_names_no_experiment():

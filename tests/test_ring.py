@@ -16,16 +16,15 @@ import numpy as np
 import pandas as pd
 import psutil
 import pytest
-from snakemake.utils import validate
 
-from perfgrid import binding, lifetime, planning, settings
-from perfgrid.analysis import ring as analysis
+from perfgrid import binding, configschema, lifetime, planning, settings
 from perfgrid.experiments import get
 from perfgrid.experiments import ring as ring_mod
+from perfgrid.experiments.ring import analysis
 from perfgrid.experiments.ring import rings as ring_rings
 from perfgrid.experiments.ring.usage import process_usage
 
-from helpers import FULL, SCHEMA, compile_native, gone
+from helpers import FULL, compile_native, gone
 from synthetic import LEVELS, expected_verdict, row, single
 
 EXP = get("ring")
@@ -192,7 +191,7 @@ def test_points_one_worker_for_loops_every_workers_and_binding_for_rings():
 
 def test_full_grid_holds_the_seeds_1000_rings_of_100():
     config = copy.deepcopy(FULL)
-    validate(config, SCHEMA)
+    configschema.validate(config)
     cfg = settings.effective(config, check_disk=False)
     assert (cfg["ring"]["rings"], cfg["ring"]["size"]) == (1000, 100)
     variants = {p["variant"] for p in planning.grid(cfg, "ring")}

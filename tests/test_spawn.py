@@ -19,10 +19,9 @@ import pytest
 
 from perfgrid import binding
 from perfgrid.aggregate import rate_estimate
-from perfgrid.analysis import spawn as analysis
 from perfgrid.experiments import get
 from perfgrid.experiments import spawn as spawn_mod
-from perfgrid.experiments.spawn import chains
+from perfgrid.experiments.spawn import analysis, chains
 
 from helpers import FULL, compile_native, needs, tagged, wait_for
 from synthetic import LEVELS, expected_verdict, named_claims, row, single

@@ -250,6 +250,5 @@ def test_a_decision_level_widens_every_interval_inside_it() -> None:
         assert stats.current_level() == pytest.approx(1 - 0.05 / 3)
     assert wider[0] < plain[0] and wider[1] > plain[1]
     assert ratio.interval() == plain and stats.current_level() == 0.95
-    with pytest.raises(ValueError, match="between 0 and 1"):
-        with stats.decision_level(1.5):
-            pass
+    with pytest.raises(ValueError, match="between 0 and 1"), stats.decision_level(1.5):
+        pass

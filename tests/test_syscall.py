@@ -19,9 +19,9 @@ import pytest
 
 from perfgrid import binding, counters, lifetime, planning, settings
 from perfgrid.aggregate import rate_estimate
-from perfgrid.analysis import syscall as analysis
 from perfgrid.experiments import get
 from perfgrid.experiments import syscall as syscall_mod
+from perfgrid.experiments.syscall import analysis
 
 from helpers import FULL, compile_native, need, tagged, wait_for
 from synthetic import LEVELS, expected_verdict, per_process, row, single

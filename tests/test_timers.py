@@ -11,14 +11,13 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-from snakemake.utils import validate
 
-from perfgrid import planning, settings
-from perfgrid.analysis import timers as analysis
+from perfgrid import configschema, planning, settings
 from perfgrid.experiments import get
 from perfgrid.experiments import timers as timers_mod
+from perfgrid.experiments.timers import analysis
 
-from helpers import FULL, SCHEMA
+from helpers import FULL
 from synthetic import LEVELS, expected_verdict, named_claims, row, single
 
 EXP = get("timers")
@@ -137,7 +136,7 @@ def test_points_cross_product_then_extra_grids_without_duplicates():
 
 def test_full_grid_holds_the_seed_points_at_the_seed_scale():
     config = copy.deepcopy(FULL)
-    validate(config, SCHEMA)
+    configschema.validate(config)
     cfg = settings.effective(config, check_disk=False)
     points = planning.grid(cfg, "timers")
     for seeding in ("independent", "identical"):

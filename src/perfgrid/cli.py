@@ -34,9 +34,10 @@ def _table(args: argparse.Namespace) -> None:
 
 def _look(args: argparse.Namespace) -> None:
     from perfgrid import looks
+    from perfgrid.analysis.sequential import judge
 
     previous = looks.read(args.previous) if args.previous else None
-    record = looks.judge(args.experiment, args.results, args.blocks, args.looks, args.cap,
+    record = judge(args.experiment, args.results, args.blocks, args.looks, args.cap,
                          previous)
     write_json(args.output, record)
     print(f"{args.experiment}: {record['why']} -> {args.output}")

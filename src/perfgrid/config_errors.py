@@ -1,7 +1,7 @@
 """What is wrong with a config, in words: :class:`ConfigError` and the schema's checks.
 
 Every message names the config key (``file_read.block_sizes[0]``) and what is allowed,
-cut to a readable length. The schema (``workflow/schemas/``) is checked strictly, with
+cut to a readable length. The schema (perfgrid.configschema) is checked strictly, with
 integers that are ints, numbers that are finite and patterns that match the whole string;
 a config too large or too deep to be real is refused before anything walks it.
 """
@@ -14,9 +14,8 @@ from collections.abc import Iterable, Iterator
 from functools import cache
 from typing import Any
 
-from perfgrid.paths import REPO
+from perfgrid import configschema
 
-SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 #: a real config has a few hundred values; more is a mistake or a YAML alias bomb
 MAX_VALUES = 20_000
 MAX_DEPTH = 24
@@ -171,17 +170,13 @@ def _strict_validator() -> Any:
     JSON schema counts 2.0 as an integer and lets NaN past every bound, and
     Python's ``$`` matches before a final newline; perfgrid wants none of it.
     """
-    import yaml
     from jsonschema import Draft202012Validator, validators
 
     checker = Draft202012Validator.TYPE_CHECKER.redefine_many(
         {"integer": _whole_integer, "number": _finite_number})
     strict = validators.extend(Draft202012Validator, {"pattern": _full_pattern},
                                type_checker=checker)
-    # libyaml's loader where PyYAML has it: a fifth of the pure-Python one's time, and
-    # this runs each time Snakemake parses the workflow
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return strict(yaml.load(SCHEMA.read_text(), Loader=loader))
+    return strict(configschema.schema())
 
 
 def check_strict(config: dict[str, Any]) -> None:

@@ -1,7 +1,8 @@
 """Run perfgrid's Erlang programs: the seeds' own runtime beside the Python ports.
 
-Each experiment has an Erlang module in ``src/perfgrid/erlang_src/`` (compiled
-to ``.beam`` files by the pipeline's ``erlang_beam`` rule). A program times
+Each experiment with erlang variants has an Erlang module in its package's ``erlang/``
+folder, and they share ``src/perfgrid/erlang_src/pg_util.erl`` (all compiled to ``.beam``
+files by the pipeline's ``erlang_beam`` rule). A program times
 its measured part itself (``erlang:monotonic_time``, never the VM's start-up)
 and prints one JSON line; :func:`run` starts a fresh VM, waits for it under a
 timeout (killing it past the deadline), parses that line and returns it with
@@ -33,10 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from perfgrid import binding, lifetime
-from perfgrid.paths import ERLANG_SOURCES, PACKAGE
+from perfgrid.paths import PACKAGE
 
-#: the Erlang sources: pg_util and each experiment's ``erlang_module``
-SOURCE_DIR = PACKAGE / ERLANG_SOURCES
 #: perfgrid binding -> the VM's scheduler bind type (+sbt); single uses +S 1 instead
 SBT = {"none": "u", "single": "u", "compact": "db", "spread": "ts"}
 DEFAULT_TIMEOUT_S = 600.0
@@ -79,9 +78,11 @@ def beam_dir(options: dict[str, str]) -> str:
 
 def compile_modules(out_dir: str | os.PathLike[str]) -> Path:
     """``erlc`` every module into ``out_dir`` (tests; the pipeline has its own rule)."""
+    from perfgrid import jobs  # the registry, which imports the experiments using this module
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    sources = sorted(str(path) for path in SOURCE_DIR.glob("*.erl"))
+    sources = [str(PACKAGE / source) for source in jobs.erlang_sources().values()]
     proc = subprocess.run(lifetime.command(["erlc", "-o", str(out), *sources]),
                           capture_output=True, text=True, check=False)
     if proc.returncode != 0:

@@ -12,11 +12,14 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from perfgrid import experiments
 from perfgrid.experiments.base import Experiment, Point
-from perfgrid.paths import Layout
+from perfgrid.paths import ERLANG_SOURCES, NATIVE_SOURCES, PACKAGE, Layout
 
 #: the Erlang module every experiment's module uses
 ERLANG_UTIL = "pg_util"
+#: the header every C program includes, under ``src/perfgrid/``
+NATIVE_HEADER = f"{NATIVE_SOURCES}/perfgrid.h"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -33,6 +36,30 @@ def erlang_modules(experiment: Experiment, point: Point) -> list[str]:
     if experiment.erlang_module and experiment.runtime(point) == "erlang":
         return [ERLANG_UTIL, experiment.erlang_module]
     return []
+
+
+def native_sources() -> dict[str, str]:
+    """Each C program's source under ``src/perfgrid/``, found in its experiment's package
+    (rule native_program builds them)."""
+    found = (experiments.get(name) for name in experiments.available())
+    return {exp.native_program: source for exp in found
+            if exp.native_program and (source := exp.native_source())}
+
+
+def erlang_sources() -> dict[str, str]:
+    """Each Erlang module's source under ``src/perfgrid/``: the shared ``pg_util``, then each
+    experiment's module, found in its package (rule erlang_beam compiles them)."""
+    found = (experiments.get(name) for name in experiments.available())
+    return {ERLANG_UTIL: f"{ERLANG_SOURCES}/{ERLANG_UTIL}.erl",
+            **{exp.erlang_module: source for exp in found
+               if exp.erlang_module and (source := exp.erlang_source())}}
+
+
+def native_command(compiler: str, source: str, output: str) -> list[str]:
+    """The command that builds one C program as rule native_program does: the shared
+    header's folder on the include path (``-I``)."""
+    return [compiler, "-O2", "-Wall", "-pthread", "-I", str(PACKAGE / NATIVE_SOURCES),
+            "-o", output, source]
 
 
 def inputs(experiment: Experiment, point: Point, config: dict[str, Any], layout: Layout,

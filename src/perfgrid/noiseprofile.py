@@ -54,7 +54,7 @@ import numpy as np
 from perfgrid import experiments, jobargs, jobs, lifetime
 from perfgrid.atomic import write_json
 from perfgrid.experiments.base import Experiment, NoisePair, Point
-from perfgrid.paths import NATIVE_SOURCES, PACKAGE, Layout
+from perfgrid.paths import PACKAGE, Layout
 
 #: values and warm-ups of each process (blocks: the config's noise.profile.blocks; on a
 #: 2-CPU VM a block of both pairs takes 6.5-7.5 s with a 1 GiB test file: file_read's
@@ -170,8 +170,8 @@ def build_programs(config: dict[str, Any], layout: Layout, folder: Path) -> dict
                     or os.access(layout.native_binary(program), os.X_OK)):
                 continue
             out = folder / program
-            cmd = [compiler, "-O2", "-Wall", "-pthread", "-o", str(out),
-                   str(PACKAGE / NATIVE_SOURCES / f"{program}.c")]
+            cmd = jobs.native_command(compiler, str(PACKAGE / jobs.native_sources()[program]),
+                                      str(out))
             subprocess.run(lifetime.command(cmd), check=True)
             built[program] = str(out)
     return built

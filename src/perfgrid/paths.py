@@ -15,9 +15,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 #: the perfgrid package (src/perfgrid): the code jobs run, and the sources of their programs
 PACKAGE = Path(__file__).resolve().parent
-#: the C programs (``<program>.c`` and their shared ``perfgrid.h``), under :data:`PACKAGE`
+#: what every C program includes (``perfgrid.h``), under :data:`PACKAGE`; each program's
+#: own source is in its experiment's package (``experiments/<name>/native/``)
 NATIVE_SOURCES = "native"
-#: the Erlang modules (``<module>.erl``), under :data:`PACKAGE`
+#: the Erlang module every experiment's module uses (``pg_util.erl``), under
+#: :data:`PACKAGE`; each experiment's own is in its package (``experiments/<name>/erlang/``)
 ERLANG_SOURCES = "erlang_src"
 #: the repository's own folders: no result or test file may land in (or contain) one
 SOURCE_DIRS = ("src", "workflow", "config", "profiles", "tests", ".ci", ".git")

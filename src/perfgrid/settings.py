@@ -1,6 +1,6 @@
 """The effective configuration: the validated config plus what follows from it.
 
-The JSON schema (``workflow/schemas/``) checks types, ranges and names, its errors
+The JSON schema (perfgrid.configschema) checks types, ranges and names, its errors
 worded by perfgrid.config_errors; this module checks what a schema cannot (sizes in
 strings, paths that would clobber the repository or collide with the pipeline's own
 folders, a file already at the test file's or the http database's path that perfgrid
@@ -20,9 +20,8 @@ from collections.abc import Iterable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
-from perfgrid import binding, experiments, testfile, topology
+from perfgrid import binding, configschema, experiments, testfile, topology
 from perfgrid.config_errors import (
-    SCHEMA,
     ConfigError,
     brief,
     check_shape,
@@ -46,11 +45,10 @@ def validated(config: dict[str, Any], check_disk: bool = True) -> dict[str, Any]
     allowed; ``config`` gets the schema's defaults, as Snakemake's validate does.
     """
     from snakemake.exceptions import WorkflowError
-    from snakemake.utils import validate
 
     check_shape(config)  # first: an alias bomb must not reach the schema check
     try:
-        validate(config, str(SCHEMA))
+        configschema.validate(config)
     except WorkflowError as err:
         cause = err.__cause__ or err.__context__  # the jsonschema ValidationError
         if hasattr(cause, "absolute_path"):

@@ -19,7 +19,7 @@ from perfgrid import (
     planning,
     settings,
 )
-from perfgrid.paths import ERLANG_SOURCES, NATIVE_SOURCES, Layout
+from perfgrid.paths import Layout
 
 # Snakemake's process holds some 130,000 objects by now (its modules, pandas, numpy),
 # nearly all kept for the whole run, and Python's cyclic collector scanned them again
@@ -27,8 +27,9 @@ from perfgrid.paths import ERLANG_SOURCES, NATIVE_SOURCES, Layout
 # an up-to-date dry run. Frozen, later collections look only at objects made from here on.
 gc.freeze()
 
-# The schema (../schemas/config.schema.yaml, defaults filled in) and what it cannot
-# express: one short message naming the key, before any job, and nothing written.
+# The schema (perfgrid.configschema: ../schemas/ and each experiment's section, defaults
+# filled in) and what it cannot express: one short message naming the key, before any
+# job, and nothing written.
 try:
     # workers: auto counts the CPUs where the workflow is parsed; a cluster job parses it
     # again on its node, so the count (and what set it) goes with it (envvars) and every
@@ -289,8 +290,9 @@ def look_results(wildcards):
     earlier = [n for n in looks.schedule(SETTINGS, experiment) if n < blocks]
     previous = [str(LAYOUT.look(experiment, max(earlier)))] if earlier else []
     return {"results": results, "previous": previous,
-            "code": [f"{SRC}/looks.py", f"{SRC}/stats.py", f"{SRC}/aggregate.py",
-                     f"{SRC}/analysis/__init__.py", f"{SRC}/analysis/{experiment}.py"]}
+            "code": [f"{SRC}/looks.py", f"{SRC}/analysis/sequential.py", f"{SRC}/stats.py",
+                     f"{SRC}/aggregate.py",
+                     f"{SRC}/analysis/__init__.py", f"{SRC}/experiments/{experiment}/analysis.py"]}
 
 
 def look_params(wildcards):

@@ -1,35 +1,41 @@
 # The programs benchmark jobs run besides Python, each built on its own, so that editing
 # one experiment's program reruns that experiment's jobs only. An experiment names its
-# C program (native_program) and Erlang module (erlang_module); a native or erlang
-# point's job takes them as input and gets them as `--option binary=PATH` and
-# `--option beams=DIR` (perfgrid.jobs).
+# C program (native_program) and Erlang module (erlang_module), whose sources lie in its
+# package (experiments/<name>/native/, experiments/<name>/erlang/; perfgrid.jobs finds
+# them); a native or erlang point's job takes them as input and gets them as
+# `--option binary=PATH` and `--option beams=DIR` (perfgrid.jobs).
+NATIVE = jobs.native_sources()
+ERLANG = jobs.erlang_sources()
 
 
 rule native_program:
     input:
-        source=f"{SRC}/{NATIVE_SOURCES}/{{program}}.c",
-        header=f"{SRC}/{NATIVE_SOURCES}/perfgrid.h",
+        source=lambda wildcards: f"{SRC}/{NATIVE[wildcards.program]}",
+        header=f"{SRC}/{jobs.NATIVE_HEADER}",
     output:
         LAYOUT.native_binary("{program}"),
     log:
         LAYOUT.log("{program}", "build.log"),
     wildcard_constraints:
-        program="[a-z_]+",
+        program="|".join(NATIVE) or "(?!)",
+    params:
+        include=lambda wildcards, input: os.path.dirname(input.header),
     conda:
         CONDA_ENV
     shell:
-        "${{CC:-cc}} -O2 -Wall -pthread -o {output:q} {input.source:q} > {log:q} 2>&1"
+        "${{CC:-cc}} -O2 -Wall -pthread -I {params.include:q} -o {output:q} {input.source:q} "
+        "> {log:q} 2>&1"
 
 
 rule erlang_beam:
     input:
-        f"{SRC}/{ERLANG_SOURCES}/{{module}}.erl",
+        lambda wildcards: f"{SRC}/{ERLANG[wildcards.module]}",
     output:
         f"{LAYOUT.erlang_beams}/{{module}}.beam",
     log:
         LAYOUT.log("erlang", "{module}.log"),
     wildcard_constraints:
-        module="pg_[a-z_]+",
+        module="|".join(ERLANG),
     params:
         outdir=lambda wildcards, output: os.path.dirname(output[0]),
     conda:

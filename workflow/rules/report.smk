@@ -28,7 +28,7 @@ rule table:
 rule plots:
     input:
         table=LAYOUT.table("{experiment}"),
-        code=[f"{SRC}/analysis/{{experiment}}.py", f"{SRC}/scaling.py"],
+        code=[f"{SRC}/experiments/{{experiment}}/analysis.py", f"{SRC}/scaling.py"],
     output:
         figures=report(
             directory(LAYOUT.plot_dir("{experiment}")),
@@ -58,7 +58,7 @@ rule report:
                for n in looks.schedule(SETTINGS, e)[:-1]],
         code=[*REPORT_CODE, f"{SRC}/stats.py", f"{SRC}/analysis/__init__.py",
               f"{SRC}/scaling.py"]
-        + [f"{SRC}/analysis/{e}.py" for e in SETTINGS["experiments"]],
+        + [f"{SRC}/experiments/{e}/analysis.py" for e in SETTINGS["experiments"]],
     output:
         html=report(LAYOUT.report_html, caption="../report/report.rst", category="report"),
         md=LAYOUT.report_md,

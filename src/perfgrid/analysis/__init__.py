@@ -1,6 +1,7 @@
 """Per-experiment analysis: the seed's published rows, plots, and claims.
 
-Each experiment ``<name>`` has a module ``perfgrid.analysis.<name>`` with:
+Each experiment ``<name>`` has a module ``perfgrid.experiments.<name>.analysis`` (found by
+:func:`module`), built on the shared machinery here, with:
 
 - ``SEED_ROWS``: the seed's published figures as table rows (quoted, with
   their source), in the same columns as this machine's table;
@@ -190,8 +191,8 @@ def why(table, columns: tuple[str, ...], sides: dict[str, dict]) -> str:
 
 
 def module(name: str) -> ModuleType:
-    """The analysis module of experiment ``name``."""
-    return importlib.import_module(f"perfgrid.analysis.{name}")
+    """The analysis module of experiment ``name``: ``analysis.py`` in its package."""
+    return importlib.import_module(f"perfgrid.experiments.{name}.analysis")
 
 
 def quiet(table):

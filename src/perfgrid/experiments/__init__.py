@@ -1,9 +1,12 @@
 """The experiments perfgrid knows, found by looking rather than listed.
 
-Every module or package of this package that defines ``EXPERIMENT`` (an
-:class:`Experiment`) is one, named after its module; the rest (``base``, helpers) are
-not. Their order, in the report and every list, is their ``report_position``. Adding an
-experiment is adding its module: no list here to edit.
+Every package here whose ``__init__.py`` defines ``EXPERIMENT`` (an :class:`Experiment`)
+is one, named after its package; the rest (``base``, helpers) are not. An experiment is
+the whole package: its workload (``__init__.py`` and the modules its jobs run), its
+``analysis.py`` (perfgrid.analysis.module), its config section's ``schema.yaml``
+(perfgrid.configschema) and its programs' sources (``native/``, ``erlang/``). Their
+order, in the report and every list, is their ``report_position``. Adding an experiment
+is adding its package: no list here to edit.
 """
 
 from __future__ import annotations
@@ -58,6 +61,10 @@ def _load(name: str) -> Experiment | None:
     experiment = getattr(module, "EXPERIMENT", None)
     if experiment is None:
         return None
+    if not hasattr(module, "__path__"):
+        raise RegistryError(f"{module_name} defines EXPERIMENT in a module; allowed: a "
+                            f"package, {__path__[0]}/{name}/ (its __init__.py, analysis.py "
+                            f"and schema.yaml; docs/adding-an-experiment.md)")
     if not isinstance(experiment, Experiment):
         raise RegistryError(f"{module_name}.EXPERIMENT is a {type(experiment).__name__}; "
                             f"allowed: an instance of perfgrid.experiments.Experiment")

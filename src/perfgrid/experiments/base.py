@@ -27,6 +27,12 @@ Point = dict[str, Any]
 Metadata = dict[str, str | int | float]
 #: what runs a point: the Python port, the native baseline, or the seeds' own runtime
 RUNTIMES = ("python", "native", "erlang")
+#: in an experiment's package: its analysis module (perfgrid.analysis.module), the folders
+#: of its C and Erlang sources, and its config section's JSON-schema fragment
+ANALYSIS_FILE = "analysis.py"
+NATIVE_FOLDER = "native"
+ERLANG_FOLDER = "erlang"
+SCHEMA_FILE = "schema.yaml"
 
 
 @dataclass(frozen=True)
@@ -131,18 +137,20 @@ class Experiment:
     native_variants: ClassVar[tuple[str, ...]] = ()
     erlang_variants: ClassVar[tuple[str, ...]] = ()
 
-    #: the C program (``native/<name>.c``, built by rule native_program) that runs the
-    #: native variants; None where they run an installed tool (dd, fio) or there are none
+    #: the C program (``native/<name>.c`` in its package, built by rule native_program)
+    #: that runs the native variants; None where they run an installed tool (dd, fio) or
+    #: there are none
     native_program: ClassVar[str | None] = None
-    #: the Erlang module (``erlang_src/<module>.erl``) of the erlang variants, or None
+    #: the Erlang module (``erlang/<module>.erl`` in its package) of the erlang variants,
+    #: or None
     erlang_module: ClassVar[str | None] = None
-    #: perfgrid modules a job runs beyond the experiment's own module or package (paths
-    #: under ``src/perfgrid/``): editing one reruns this experiment's jobs
+    #: perfgrid modules a job runs beyond the experiment's own package (paths under
+    #: ``src/perfgrid/``): editing one reruns this experiment's jobs
     code: ClassVar[tuple[str, ...]] = ()
 
     def sources(self) -> list[str]:
-        """The job's code, under ``src/perfgrid/``: this module (of a package, every module
-        in it), then :attr:`code`."""
+        """The job's code, under ``src/perfgrid/``: every module of its package but
+        ``analysis.py`` (editing the plots or claims reruns no job), then :attr:`code`."""
         return [*_module_files(type(self).__module__), *self.code]
 
     def tools(self) -> dict[str, tuple[Callable[[], str | None], Callable[[], str]]]:
@@ -150,6 +158,27 @@ class Experiment:
         erl, each with (why it is missing or None, its version): machine.json records their
         versions (perfgrid.machine.tools, which names no experiment)."""
         return {}
+
+    def folder(self) -> Path:
+        """Its package's folder, ``src/perfgrid/experiments/<name>/``: its modules, its
+        config section's schema (``schema.yaml``) and its programs' sources."""
+        return Path(sys.modules[type(self).__module__].__file__ or "").resolve().parent
+
+    def native_source(self) -> str | None:
+        """Its C program's source under ``src/perfgrid/`` (``native/<native_program>.c`` in
+        its package), or None without one."""
+        if not self.native_program:
+            return None
+        path = self.folder() / NATIVE_FOLDER / f"{self.native_program}.c"
+        return path.relative_to(PACKAGE).as_posix()
+
+    def erlang_source(self) -> str | None:
+        """Its Erlang module's source under ``src/perfgrid/`` (``erlang/<erlang_module>.erl``
+        in its package), or None without one."""
+        if not self.erlang_module:
+            return None
+        path = self.folder() / ERLANG_FOLDER / f"{self.erlang_module}.erl"
+        return path.relative_to(PACKAGE).as_posix()
 
     def job_mem_mb(self, config: dict[str, Any]) -> int | None:
         """The memory each of its jobs asks a cluster for, as ``mem_mb`` (passed on as SLURM's
@@ -239,9 +268,11 @@ def matches_any(point: Point, patterns: tuple[dict[str, Any], ...]) -> bool:
 @functools.cache
 def _module_files(module: str) -> tuple[str, ...]:
     """``module``'s source under ``src/perfgrid/``: its file, or every module of its package
-    (``__init__.py`` first), so that editing any of them reruns the experiment's jobs."""
+    (``__init__.py`` first) but its analysis, so that editing any of them reruns the
+    experiment's jobs."""
     path = Path(sys.modules[module].__file__ or "").resolve()
-    files = sorted(path.parent.glob("*.py")) if path.name == "__init__.py" else [path]
+    files = ([f for f in sorted(path.parent.glob("*.py")) if f.name != ANALYSIS_FILE]
+             if path.name == "__init__.py" else [path])
     return tuple(f.relative_to(PACKAGE).as_posix() for f in files)
 
 

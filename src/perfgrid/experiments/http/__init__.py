@@ -9,7 +9,7 @@ counter must equal the successful answers, with no value handed out twice.
 The ``openloop`` client sends at fixed times whatever the answers (no
 coordinated omission) and sweeps offered rates up to saturation
 (:mod:`.openloop`); its row's rate is the highest rate it achieved.
-The ``erlang`` server is the seed's own design (src/perfgrid/erlang_src/pg_http.erl):
+The ``erlang`` server is the seed's own design (erlang/pg_http.erl here):
 gen_tcp on one VM with ``workers`` schedulers, one mnesia transaction per
 request (an ETS counter if mnesia cannot start, said in the row), under the
 same loads and the same check.
@@ -129,7 +129,7 @@ class Http(Experiment):
     report_position = 60
     axes = ("variant", "client", "keepalive", "binding", "workers", "concurrency")
     int_axes = frozenset({"workers", "concurrency"})
-    #: perfgrid.analysis.http's claims use every point loaded as the seed loaded its
+    #: analysis.py's claims use every point loaded as the seed loaded its
     #: server: ab without keep-alive (the seed ran ab three times for each concurrency)
     claim_points = ({"client": "ab", "keepalive": "off"},)
     work_unit = "requests"

@@ -7,7 +7,7 @@ event loop (the seed's 1000 rings of 100); ``thread``: one ring of
 ring of ``workers`` OS processes linked by pipes, where the binding decides
 whether a wake-up stays on one CPU or crosses to another, and the user/sys
 split shows where the time goes. ``erlang``: the seed's own runtime, ``rings``
-rings of ``size`` Erlang processes (src/perfgrid/erlang_src/pg_ring.erl) on
+rings of ``size`` Erlang processes (erlang/pg_ring.erl here) on
 ``workers`` schedulers, bound per ``binding`` (config/README.md).
 
 This module is the experiment; :mod:`.rings` holds the Python rings and
@@ -74,7 +74,7 @@ class Ring(Experiment):
     report_position = 50
     axes = ("variant", "binding", "workers")
     int_axes = frozenset({"workers"})
-    #: perfgrid.analysis.ring's claims compare bindings, CPU shares and the best ring
+    #: analysis.py's claims compare bindings, CPU shares and the best ring
     #: over the whole grid: every point
     claim_points = ({},)
     work_unit = "messages"

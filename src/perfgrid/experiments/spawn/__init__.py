@@ -5,7 +5,7 @@ run at once; each unit starts the next one of its chain and ends, and the
 last one tells the parent. Stresses the fixed cost of one create+destroy:
 asyncio tasks, threads, forked processes, multiprocessing, posix_spawn, the
 same primitives in C, and Erlang processes (the seed's own runtime,
-src/perfgrid/erlang_src/pg_spawn.erl).
+erlang/pg_spawn.erl here).
 
 This module is the experiment; :mod:`.chains` holds the chains run in this
 process (asyncio, threads, posix_spawn) and the harness side of
@@ -84,7 +84,7 @@ class Spawn(Experiment):
     report_position = 10
     axes = ("variant", "binding", "chains", "total")
     int_axes = frozenset({"chains", "total"})
-    #: perfgrid.analysis.spawn's claims: every 1-chain point (bindings, ports, Erlang),
+    #: analysis.py's claims: every 1-chain point (bindings, ports, Erlang),
     #: and asyncio tasks in 100 chains against 1, unbound
     claim_points = ({"chains": 1}, {"variant": "asyncio_task", "binding": "none", "chains": 100})
     work_unit = "spawns"

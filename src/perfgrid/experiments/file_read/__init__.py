@@ -4,7 +4,7 @@ Stresses the fixed cost of one read call against the copy itself: by block
 size, by destination buffer (fresh bytes, page-aligned, unaligned), and by
 parallel readers, beside ``dd`` and ``fio`` on the same file, and beside
 the seed's own runtime: Erlang's raw-mode ``file:read`` loop, ``file:read_file``
-and parallel ``file:pread`` (``erlang_*`` variants, src/perfgrid/erlang_src/).
+and parallel ``file:pread`` (``erlang_*`` variants, erlang/pg_file_read.erl here).
 """
 
 from __future__ import annotations
@@ -213,7 +213,7 @@ class FileRead(Experiment):
     reference_variants = ("dd",)
     reference_axes = ("cache", "block_size")
     fallback_axes = ("cache",)
-    #: perfgrid.analysis.file_read's claims: single readers at 1 KiB and 1 MiB, and the
+    #: analysis.py's claims: single readers at 1 KiB and 1 MiB, and the
     #: parallel readers (the best of them is compared), all warm
     claim_points = (
         {"variant": ["dd", "read", "readinto", "readinto_unaligned", "erlang_read"],

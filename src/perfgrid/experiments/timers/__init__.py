@@ -6,7 +6,7 @@ seconds, so the loop keeps ``tasks`` timers pending and fires ``tasks`` x
 (and Python's cyclic GC walking the many live tasks) against the ideal wall
 time: the longest task's sum of sleeps, drawn up front from the same streams.
 The ``erlang`` variants run the storm as Erlang processes (the seed's own
-runtime, src/perfgrid/erlang_src/pg_timers.erl) sleeping the very same draws,
+runtime, erlang/pg_timers.erl here) sleeping the very same draws,
 rounded to Erlang's whole milliseconds: ``erlang`` on one scheduler (as the
 seed ran), ``erlang_smp`` on one per CPU.
 """
@@ -161,7 +161,7 @@ def storm(sleeps: np.ndarray, tasks: int, variant: str, gc_on: bool,
     return Storm(wall, spawn, cpu, lateness, collections)
 
 
-#: the tasks of the sweep points the gc and uvloop claims compare (perfgrid.analysis.timers)
+#: the tasks of the sweep points the gc and uvloop claims compare (analysis.py)
 CLAIM_TASKS = 100_000
 
 

@@ -274,7 +274,7 @@ class Syscall(Experiment):
     report_position = 30
     axes = ("variant", "call", "binding", "workers")
     int_axes = frozenset({"workers"})
-    #: perfgrid.analysis.syscall's claims: bound getuid workers (scaling, contention), and
+    #: analysis.py's claims: bound getuid workers (scaling, contention), and
     #: one native worker per call (the vDSO)
     claim_points = ({"call": "getuid", "binding": ["spread", "compact"]},
                     {"variant": "native", "workers": 1})
