@@ -19,6 +19,7 @@ import importlib
 import math
 from dataclasses import asdict, dataclass
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -195,6 +196,24 @@ def module(name: str) -> ModuleType:
     return importlib.import_module(f"perfgrid.experiments.{name}.analysis")
 
 
+def _none(table) -> list:
+    return []
+
+
+#: what the report looks up in an experiment's analysis module besides ``plot`` and
+#: ``claims``, each with the value it takes where the module defines none (the module's
+#: docstring is the section's text): the seed's own figures (rows with a ``source``),
+#: columns the experiment's table shows besides the axes and statistics, lines of notes
+#: under its claims, and further tables as (title, note, frame)
+REPORT_HOOKS: dict[str, Any] = {"SEED_ROWS": [], "EXTRA_COLUMNS": [], "notes": _none,
+                                "tables": _none}
+
+
+def hook(analysis: ModuleType, key: str) -> Any:
+    """``key`` (one of :data:`REPORT_HOOKS`) of an analysis module, or its default."""
+    return getattr(analysis, key, REPORT_HOOKS[key])
+
+
 def quiet(table):
     """``table`` as the claims see it: the rounds measured while other processes were
     busy (column ``noisy_rounds``, even after measuring them again) left out.
@@ -359,6 +378,24 @@ def quiet_rows(rows):
 
     keep = [not rate_estimate(row).reason.startswith(LEFT_OUT) for _, row in rows.iterrows()]
     return rows[keep] if any(keep) else rows
+
+
+def across(table, axis: str, num, den, keys) -> list[tuple[dict, Any, Any]]:
+    """The comparison every "A against B, all else equal" claim makes: for each setting of
+    ``keys`` (those of them the table has, ``axis`` left out) measured at both
+    ``axis == num`` and ``axis == den``, (that setting, its rows at num, its rows at den).
+    ``keys`` are usually the experiment's axes (``Experiment.axes``)."""
+    if table.empty or axis not in table:
+        return []
+    keys = [k for k in keys if k != axis and k in table]
+    groups = table.groupby(keys) if keys else [((), table)]
+    out = []
+    for key, group in groups:
+        a, b = group[group[axis] == num], group[group[axis] == den]
+        if not a.empty and not b.empty:
+            key = key if isinstance(key, tuple) else (key,)
+            out.append((dict(zip(keys, key, strict=True)), a, b))
+    return out
 
 
 def rate_at(table, **where) -> Estimate | None:

@@ -17,7 +17,7 @@ import pandas as pd
 
 from perfgrid import experiments, gitinfo
 from perfgrid.aggregate import read_table
-from perfgrid.analysis import Claim, claims_of, module
+from perfgrid.analysis import Claim, claims_of, hook, module
 from perfgrid.atomic import write_text
 from perfgrid.paths import Layout
 from perfgrid.report.claims import _claims_frame, write_claims
@@ -51,8 +51,7 @@ def extra_tables(analysis: Any, table: pd.DataFrame, plot_dir: Path,
                     "worker count over the smallest one's scaled linearly; better model by "
                     "AICc where both models keep two degrees of freedom.",
                     scaling.summary(pd.read_csv(fitted), axes)))
-    if hasattr(analysis, "tables"):
-        out += analysis.tables(table)
+    out += hook(analysis, "tables")(table)
     return out
 
 
@@ -85,8 +84,8 @@ def build(root: Path, experiment_names: list[str], cv_threshold: float) -> dict[
         analysis = module(name)
         axes = experiments.get(name).axes
         table = with_human_rates(read_table(layout.table(name), axes))
-        shown = ["runtime", *axes, *STATS, *getattr(analysis, "EXTRA_COLUMNS", [])]
-        seed_rows = getattr(analysis, "SEED_ROWS", [])
+        shown = ["runtime", *axes, *STATS, *hook(analysis, "EXTRA_COLUMNS")]
+        seed_rows = hook(analysis, "SEED_ROWS")
         claims = claims_of(name, table)
         all_claims += claims
         grid = {axis: sorted(table[axis].dropna().unique().tolist(), key=str)
@@ -101,7 +100,7 @@ def build(root: Path, experiment_names: list[str], cv_threshold: float) -> dict[
             "claims": claims,
             "seed": seed_comparison(seed_rows, table, axes),
             "seed_source": sorted({r.get("source", "") for r in seed_rows}),
-            "notes": (analysis.notes(table) if hasattr(analysis, "notes") else [])
+            "notes": hook(analysis, "notes")(table)
             + look_notes(layout, name),
             "flags": flags(table, cv_threshold),
             "precision": precision(table),

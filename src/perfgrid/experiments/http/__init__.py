@@ -124,6 +124,11 @@ def _error_kinds(result: load.LoadResult) -> str:
     return f" ({', '.join(f'{k}: {v}' for k, v in kinds.items())}{note})" if kinds else ""
 
 
+#: how the seed loaded its server: ab without keep-alive; the points so loaded are the
+#: ones the claims compare (analysis.py)
+SEED_LOAD = {"client": "ab", "keepalive": "off"}
+
+
 class Http(Experiment):
     name = "http"
     report_position = 60
@@ -131,7 +136,7 @@ class Http(Experiment):
     int_axes = frozenset({"workers", "concurrency"})
     #: analysis.py's claims use every point loaded as the seed loaded its
     #: server: ab without keep-alive (the seed ran ab three times for each concurrency)
-    claim_points = ({"client": "ab", "keepalive": "off"},)
+    claim_points = (SEED_LOAD,)
     work_unit = "requests"
     rate_unit = "requests/s"
     erlang_variants = ("erlang",)

@@ -11,6 +11,7 @@ import seaborn as sns
 from perfgrid.analysis import (
     INTERVAL_BARS,
     Claim,
+    across,
     by_runtime,
     inconclusive,
     interval_rows,
@@ -18,10 +19,12 @@ from perfgrid.analysis import (
     median_of,
     plot_setup,
     rate_estimates,
+    rows_where,
     save,
     why,
     without_erlang,
 )
+from perfgrid.experiments.http import EXPERIMENT, SEED_LOAD
 from perfgrid.stats import Estimate, reduce
 
 NAME = "http"
@@ -29,7 +32,6 @@ SOURCE = ("seed E5 a (004_cee54dc8e5b26200.txt), 2x quad Xeon E5450, R12B-5 vs R
           "4 vs 8 schedulers, ab -c up to 1000 -n 100000")
 #: the seed shows E5 a only as charts; it prints no figure we could quote as a row
 SEED_ROWS: list[dict] = []
-SEED_LOAD = {"client": "ab", "keepalive": "off"}
 #: a bound configuration gets this share more requests/s than the unbound one to "help"
 HELPS = 1.05
 MORE_WORKERS_HELP = 1.10
@@ -41,7 +43,7 @@ REQUEST_COUNTERS = ("cpus_utilized", "ctx_switches_per_unit", "migrations_per_un
                     "task_clock_ns_per_unit")
 #: the seed's binding (thread_no_node_processor_spread) first
 BOUND = ("spread", "compact", "single")
-OTHER_AXES = ["variant", "client", "keepalive", "binding", "workers", "concurrency"]
+
 
 
 #: open-loop latency columns of a step, in the order the report shows them
@@ -116,8 +118,8 @@ def _load_label(table: pd.DataFrame) -> pd.Series:
 
 
 def _seed_like(table: pd.DataFrame) -> pd.DataFrame:
-    """Rows loaded like the seed (ab without keep-alive)."""
-    return table[(table["client"] == "ab") & (table["keepalive"] == "off")]
+    """Rows loaded like the seed (ab without keep-alive): the claim points."""
+    return rows_where(table, **SEED_LOAD)
 
 
 def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -175,16 +177,8 @@ def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
 def _ratios(rows: pd.DataFrame, axis: str, num, den) -> list[tuple[dict, Estimate]]:
     """rate(axis=num) / rate(axis=den), with its interval, for every setting of the other
     axes that has both (the best row where a setting has several)."""
-    keys = [a for a in OTHER_AXES if a != axis and a in rows]
-    out = []
-    if rows.empty or axis not in rows:
-        return out
-    for key, group in rows.groupby(keys):
-        a, b = group[group[axis] == num], group[group[axis] == den]
-        if not a.empty and not b.empty:
-            out.append((dict(zip(keys, key, strict=True)),
-                        reduce(rate_estimates(a), np.max) / reduce(rate_estimates(b), np.max)))
-    return out
+    return [(key, reduce(rate_estimates(a), np.max) / reduce(rate_estimates(b), np.max))
+            for key, a, b in across(rows, axis, num, den, EXPERIMENT.axes)]
 
 
 def _spread(ratios: list[Estimate]) -> str:

@@ -13,6 +13,7 @@ import seaborn as sns
 from perfgrid.analysis import (
     INTERVAL_BARS,
     Claim,
+    across,
     all_of,
     best_row,
     inconclusive,
@@ -26,6 +27,7 @@ from perfgrid.analysis import (
     save,
     why,
 )
+from perfgrid.experiments.ring import EXPERIMENT
 from perfgrid.stats import Estimate, reduce
 
 NAME = "ring"
@@ -103,14 +105,10 @@ def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
 def _binding_ratios(table: pd.DataFrame, variant: str, num: str,
                     den: str) -> list[tuple[int, Estimate]]:
     """(workers, rate(num)/rate(den) with its interval) for each ring size under both bindings."""
-    out = []
     rows = table[table["variant"] == variant] if "variant" in table else table.iloc[0:0]
-    for workers in sorted(rows["workers"].unique()):
-        a = rate_at(rows, workers=workers, binding=num)
-        b = rate_at(rows, workers=workers, binding=den)
-        if a is not None and b is not None:
-            out.append((int(workers), a / b))
-    return out
+    return sorted((int(key["workers"]), reduce(rate_estimates(a), np.max)
+                   / reduce(rate_estimates(b), np.max))
+                  for key, a, b in across(rows, "binding", num, den, EXPERIMENT.axes))
 
 
 def _sides(variant: str, *bindings: str) -> dict[str, dict]:

@@ -10,6 +10,7 @@ import seaborn as sns
 
 from perfgrid.analysis import (
     Claim,
+    across,
     by_runtime,
     inconclusive,
     judged,
@@ -20,7 +21,7 @@ from perfgrid.analysis import (
     why,
     without_erlang,
 )
-from perfgrid.experiments.timers import CLAIM_TASKS
+from perfgrid.experiments.timers import CLAIM_TASKS, EXPERIMENT
 from perfgrid.stats import Estimate, reduce
 
 NAME = "timers"
@@ -237,9 +238,6 @@ def _seed_claims(table: pd.DataFrame, runtime: str) -> list[Claim]:
     return out
 
 
-_AXES = ["variant", "seeding", "gc", "tasks", "rounds", "max_sleep"]
-
-
 def _why(table: pd.DataFrame, axis: str, *values: str) -> str:
     """:func:`why` for ``axis`` at each of ``values``, at the most tasks that were counted
     (a storm at the seed's scale is too long to run twice; the sweep's are counted)."""
@@ -255,16 +253,7 @@ def _pairs(table: pd.DataFrame, axis: str, num: str,
            den: str) -> list[tuple[pd.Series, pd.Series]]:
     """(row at axis=num, row at axis=den) for each point measured at both, the other axes
     equal."""
-    if table.empty:
-        return []
-    rows = table
-    keys = [a for a in _AXES if a != axis]
-    out = []
-    for _, group in rows.groupby(keys):
-        a, b = group[group[axis] == num], group[group[axis] == den]
-        if not a.empty and not b.empty:
-            out.append((a.iloc[0], b.iloc[0]))
-    return out
+    return [(a.iloc[0], b.iloc[0]) for _, a, b in across(table, axis, num, den, EXPERIMENT.axes)]
 
 
 def notes(table: pd.DataFrame) -> list[str]:
