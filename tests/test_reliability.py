@@ -47,11 +47,18 @@ GRID = {
 POINTS = 9
 
 
+def _as_in_a_terminal() -> None:
+    """In the child: Ctrl-C's default action. A process started in the background by a
+    non-interactive shell inherits SIGINT ignored, and Python then installs no handler of
+    its own, so Snakemake would never see the interrupt this file sends it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(workdir: Path, *args: str) -> subprocess.Popen:
     cmd = [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
            "--configfile", str(workdir / "config.yaml"), *args]
     return subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True, preexec_fn=_as_in_a_terminal)
 
 
 def finish(workdir: Path, *args: str) -> str:
