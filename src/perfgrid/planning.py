@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from perfgrid import experiments, order
-from perfgrid.looks import schedule as looks_schedule
+from perfgrid.looks import looks_of
 
 #: pyperf's own options among the measure keys
 MEASURE_KEYS = ("processes", "values", "warmups", "loops")
@@ -61,7 +61,7 @@ def measure_args(cfg: dict[str, Any], experiment: str,
             mode == "claims" and experiments.get(experiment).counted_by_default(point))):
         args.append("--counters")
     if point is not None and experiments.get(experiment).used_by_claims(point):
-        looks = len(looks_schedule(cfg, experiment))
+        looks = looks_of(cfg, experiment)
         if looks > 1:  # recorded, so the claims decide at the looks' level
             args += ["--looks", str(looks)]
     rounds = int(measure.get("rounds") or 1)  # rounds_of(cfg, experiment, point)

@@ -132,7 +132,7 @@ class Estimate:
     def interval(self, level: float | None = None) -> tuple[float, float] | None:
         """The ``level`` interval (:func:`decision_level`'s, by default): bootstrap
         percentiles widened by t(df)/z."""
-        level = level or _decision[-1]
+        level = level or current_level()
         if not self.has_interval:
             return None
         alpha = (1 - level) / 2
@@ -278,7 +278,7 @@ class Bounds:
     def interval(self, level: float | None = None) -> Interval | None:
         if not (np.isfinite(self.value) and self.value > 0):
             return None
-        return self._bounds(level or _decision[-1])
+        return self._bounds(level or current_level())
 
     @property
     def has_interval(self) -> bool:
@@ -479,7 +479,7 @@ class Counted(Bounds):
     def interval(self, level: float | None = None) -> Interval | None:
         if not (np.isfinite(self.value) and self.value >= 0):
             return None
-        return self._bounds(level or _decision[-1])
+        return self._bounds(level or current_level())
 
 
 def poisson_rate(events: int, units: float, allowance: float = 0.0) -> Counted:

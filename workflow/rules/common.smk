@@ -176,9 +176,9 @@ def bench_params(experiment):
         words += ["--steal-share", str(SETTINGS["noise"]["steal_share"]), "--verbose"]
         if "round" in wildcards.keys():
             words += ["--round", wildcards.round]
-            look = looks.look_before(SETTINGS, experiment, point, int(wildcards.round))
+            look = job_look(experiment, point, wildcards)
             if look is not None:  # measured only if that look left a claim undecided
-                words += ["--look", str(LAYOUT.look(experiment, look))]
+                words += ["--look", look]
         return shlex.join(words)
 
     return args
@@ -209,10 +209,9 @@ def job_inputs(experiment):
         exp = experiments.get(experiment)
         point = job_point(experiment, wildcards)
         found = jobs.inputs(exp, point, SETTINGS, LAYOUT, SRC)
-        if "round" in wildcards.keys():
-            look = looks.look_before(SETTINGS, experiment, point, int(wildcards.round))
-            if look is not None:
-                found["look"] = [str(LAYOUT.look(experiment, look))]
+        look = job_look(experiment, point, wildcards)
+        if look is not None:
+            found["look"] = [look]
         return found
 
     return named
@@ -293,6 +292,14 @@ def look_results(wildcards):
             "code": [f"{SRC}/looks.py", f"{SRC}/analysis/sequential.py", f"{SRC}/stats.py",
                      f"{SRC}/aggregate.py",
                      f"{SRC}/analysis/__init__.py", f"{SRC}/experiments/{experiment}/analysis.py"]}
+
+
+def job_look(experiment, point, wildcards):
+    """The record of the look a benchmark job's round waits for (perfgrid.looks), or None."""
+    if "round" not in wildcards.keys():
+        return None
+    look = looks.look_before(SETTINGS, experiment, point, int(wildcards.round))
+    return None if look is None else str(LAYOUT.look(experiment, look))
 
 
 def look_params(wildcards):

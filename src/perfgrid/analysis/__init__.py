@@ -25,6 +25,7 @@ import numpy as np
 
 from perfgrid.stats import (
     LEFT_OUT,
+    LEVEL,
     Estimate,
     basis,
     current_level,
@@ -58,8 +59,8 @@ class Claim:
     why: str = ""
     #: what the interval rests on: paired rounds, rows reduced, processes (stats.basis)
     basis: str = ""
-    #: the interval's level: 0.95, or wider where the claim is judged at several looks
-    level: float = 0.95
+    #: the interval's level: 95 %, or wider where the claim is judged at several looks
+    level: float = LEVEL
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -84,7 +85,7 @@ def judged(experiment: str, hypothesis: str, criterion: str, quantity: Estimate,
     return Claim(experiment, hypothesis, criterion, measured, verdict, runtime,
                  f"{reason}; {note}" if note else reason, float(quantity.value),
                  bounds[0], bounds[1], op, float(threshold), unit, why,
-                 basis(quantity) + (f"; {level:.1%} interval (looks)" if level != 0.95
+                 basis(quantity) + (f"; {level:.1%} interval (looks)" if level != LEVEL
                                     else ""), level)
 
 
@@ -365,19 +366,19 @@ def rate_estimates(rows) -> list[Estimate]:
     median is taken over the quiet rows; where every row was left out, their estimates
     (no value, and why) stand, and the claim says so.
     """
+    return _quiet_estimates(rows)[1]
+
+
+def _quiet_estimates(rows) -> tuple[Any, list[Estimate]]:
+    """(the rows :func:`rate_estimates` keeps, their estimates), in one order: a best-of's
+    chosen row (``Estimate.chosen``) indexes both."""
     from perfgrid.aggregate import rate_estimate
 
     estimates = [rate_estimate(row) for _, row in rows.iterrows()]
-    kept = [e for e in estimates if not e.reason.startswith(LEFT_OUT)]
-    return kept or estimates
-
-
-def quiet_rows(rows):
-    """The rows :func:`rate_estimates` keeps, in its order (a chosen row's index is theirs)."""
-    from perfgrid.aggregate import rate_estimate
-
-    keep = [not rate_estimate(row).reason.startswith(LEFT_OUT) for _, row in rows.iterrows()]
-    return rows[keep] if any(keep) else rows
+    keep = [not e.reason.startswith(LEFT_OUT) for e in estimates]
+    if not any(keep):
+        return rows, estimates
+    return rows[keep], [e for e, k in zip(estimates, keep, strict=True) if k]
 
 
 def across(table, axis: str, num, den, keys) -> list[tuple[dict, Any, Any]]:
@@ -418,10 +419,11 @@ def best_row(rows):
     """
     rates = rows["rate"].astype(float)
     best = rows.loc[rates.idxmax()] if rates.notna().any() else rows.iloc[0]
-    found = reduce(rate_estimates(rows), np.max)
+    kept, estimates = _quiet_estimates(rows)
+    found = reduce(estimates, np.max)
     chosen = getattr(found, "chosen", None)
     if chosen is not None:  # chosen on the first rounds: that row, not the luckiest one
-        best = quiet_rows(rows).iloc[chosen]
+        best = kept.iloc[chosen]
     return best, found
 
 
