@@ -701,8 +701,8 @@ def test_http_more_workers_takes_the_best_worker_count():
     claim = analysis.claims(pd.concat([low, pd.DataFrame(four)], ignore_index=True))[0]
     assert claim.verdict == "reproduced", claim.reason
     assert claim.value == pytest.approx(1.5)
-    assert "2 workers / 1: median 0.80x [" in claim.measured
-    assert "4 workers / 1: median 1.50x [" in claim.measured
+    assert "2 workers / 1: geometric mean 0.80x [" in claim.measured
+    assert "4 workers / 1: geometric mean 1.50x [" in claim.measured
     assert analysis.claims(low)[0].verdict == "not reproduced"
 
 
@@ -744,3 +744,16 @@ def test_an_ab_load_stops_at_its_deadline(db):
     with ServerGroup("asyncio", db, binding.plan("none", 1)) as group:
         capped = http_load.run_ab(group.port, 10_000_000, 4, True, deadline_s=1)
     assert capped.timed_out and capped.completed < capped.requests
+
+
+def test_claims_compare_the_seed_loads_of_more_than_one_connection():
+    """One connection is one request at a time: its points are measured once, for the
+    plots, and the claims leave them out (their rows would have no rounds to pair)."""
+    from perfgrid.experiments.http import EXPERIMENT
+
+    seed_load = {"variant": "asyncio", "client": "ab", "keepalive": "off", "binding": "none",
+                 "workers": 2}
+    assert not EXPERIMENT.used_by_claims({**seed_load, "concurrency": 1})
+    assert EXPERIMENT.used_by_claims({**seed_load, "concurrency": 10})
+    assert not EXPERIMENT.used_by_claims({**seed_load, "concurrency": 10, "keepalive": "on"})
+    assert EXPERIMENT.counted_by_default({**seed_load, "concurrency": 1})

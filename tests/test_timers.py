@@ -15,7 +15,7 @@ import pytest
 from perfgrid import configschema, planning, settings
 from perfgrid.experiments import get
 from perfgrid.experiments import timers as timers_mod
-from perfgrid.experiments.timers import analysis
+from perfgrid.experiments.timers import EXPERIMENT, SEED_SCALE, analysis
 
 from helpers import FULL
 from synthetic import LEVELS, expected_verdict, named_claims, row, single
@@ -139,8 +139,10 @@ def test_full_grid_holds_the_seed_points_at_the_seed_scale():
     configschema.validate(config)
     cfg = settings.effective(config, check_disk=False)
     points = planning.grid(cfg, "timers")
-    for seeding in ("independent", "identical"):
-        assert point("asyncio", seeding, "on", 500_000, 10, 10.0) in points
+    for seeding in ("independent", "identical"):  # the seed's own runtime, and the
+        assert point("erlang", seeding, "on", 500_000, 10, 10.0) in points  # fastest loop
+        assert point("uvloop", seeding, "off", 500_000, 10, 10.0) in points
+    assert point("asyncio", "identical", "on", 500_000, 10, 10.0) in points  # a direct port
     assert planning.measure_of(cfg, "timers", points[0]) == {
         "processes": 1, "values": 1, "warmups": 0, "loops": 1, "target_ci": None,
         "max_seconds": None, "rounds": 1, "counters": "claims"}
@@ -324,15 +326,16 @@ def test_best_loop_is_the_one_nearest_its_ideal_and_named():
     assert "asyncio, gc off" in got.measured
 
 
-def test_uvloop_ratio_is_the_median_over_the_pairs():
+def test_uvloop_ratio_is_the_geometric_mean_over_the_pairs():
     rows = timer_rows()
     base = {"ideal": 5.0, "cpu": 100.0}
     for i, (seeding, uv) in enumerate((("identical", 0.1), ("shared", 0.95))):
         rows.append(storm_row("asyncio", seeding, "off", PAIRS, overhead=1.0, seed=60 + i,
                               **base))
         rows.append(storm_row("uvloop", seeding, "off", PAIRS, overhead=uv, seed=70 + i, **base))
-    got = timer_claims(rows)["uvloop_helps"]  # pairs at 0.1, 0.5 and 0.95: median 0.5
-    assert got.value == pytest.approx(0.5, rel=1e-3) and got.verdict == "reproduced"
+    got = timer_claims(rows)["uvloop_helps"]  # pairs at 0.1, 0.5 and 0.95
+    assert got.value == pytest.approx((0.1 * 0.5 * 0.95) ** (1 / 3), rel=1e-3)
+    assert got.verdict == "reproduced"
     assert "over 3 pair(s)" in got.measured
 
 
@@ -344,3 +347,30 @@ def test_analysis_plots_and_every_claim_is_inconclusive_without_rows(tmp_path):
     assert all(c.verdict == "inconclusive" for c in analysis.claims(table.iloc[0:0]))
     assert len(analysis.claims(table[table["runtime"] != "erlang"])) == 4
     assert analysis.notes(table)
+
+
+def test_seed_scale_claims_read_the_storms_measured_in_rounds():
+    """At the seed's scale uvloop and Erlang are claim points (3 rounds each); a plain
+    asyncio storm run once there is shown in the notes, not compared."""
+    assert EXPERIMENT.used_by_claims({**SEED_SCALE, "variant": "uvloop", "gc": "off",
+                                      "seeding": "independent"})
+    assert not EXPERIMENT.used_by_claims({**SEED_SCALE, "variant": "asyncio", "gc": "on",
+                                          "seeding": "identical"})
+    rows = timer_rows(python_near_ideal=1.3, python_costly=0.02)  # asyncio: both fail
+    rows.append(storm_row("uvloop", "identical", "off", SEED, ideal=60.0, wall=61.2, seed=80))
+    rows.append(storm_row("uvloop", "independent", "off", SEED, ideal=60.0, share=0.2,
+                          seed=81))
+    claims = timer_claims(rows)
+    near, costly = claims["python_near_ideal"], claims["python_costly"]
+    assert near.verdict == "reproduced" and near.value == pytest.approx(1.02, rel=1e-3)
+    assert costly.verdict == "reproduced" and costly.value == pytest.approx(0.2, rel=1e-2)
+    assert "best loop/GC of uvloop gc off:" in near.criterion
+
+
+@pytest.mark.parametrize(("point", "rounds"), [
+    ({**SEED_SCALE, "variant": "erlang"}, 3), ({**SEED_SCALE, "variant": "uvloop"}, 3),
+    ({"tasks": 100_000, "rounds": 3, "max_sleep": 1.0, "variant": "asyncio"}, 5)])
+def test_a_seed_scale_storm_gets_three_rounds_where_other_claim_points_get_more(point, rounds):
+    point = {"seeding": "identical", "gc": "on", **point}
+    assert planning.rounds_of(settings.effective(FULL, check_disk=False), "timers",
+                              point) == rounds

@@ -25,8 +25,11 @@ def measure_of(cfg: dict[str, Any], experiment: str,
     claim compares the point."""
     measure = dict(cfg[experiment]["measure"])
     claims = measure.pop("claims", None) or {}
-    if point is not None and experiments.get(experiment).used_by_claims(point):
+    exp = experiments.get(experiment)
+    if point is not None and exp.used_by_claims(point):
         measure.update(claims)
+        if claims.get("rounds"):
+            measure["rounds"] = exp.claim_rounds(point, int(claims["rounds"]))
     return measure
 
 

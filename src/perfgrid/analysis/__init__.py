@@ -381,6 +381,14 @@ def _quiet_estimates(rows) -> tuple[Any, list[Estimate]]:
     return rows[keep], [e for e, k in zip(estimates, keep, strict=True) if k]
 
 
+def claimed_rows(table, experiment):
+    """The rows of the points ``experiment``'s claims compare (its ``used_by_claims``), so
+    a claim reads the points measured in rounds and the declaration is made once."""
+    if table.empty:
+        return table
+    return table[[experiment.used_by_claims(r) for r in table.to_dict("records")]]
+
+
 def across(table, axis: str, num, den, keys) -> list[tuple[dict, Any, Any]]:
     """The comparison every "A against B, all else equal" claim makes: for each setting of
     ``keys`` (those of them the table has, ``axis`` left out) measured at both

@@ -119,6 +119,11 @@ class Experiment:
         """Whether a claim compares ``point`` (so it needs an interval)."""
         return matches_any(point, self.claim_points)
 
+    def claim_rounds(self, point: Point, rounds: int) -> int:
+        """The rounds of claim point ``point``, given ``measure.claims.rounds``: fewer
+        where one job lasts minutes and a few rounds already decide its claims."""
+        return rounds
+
     def counted_by_default(self, point: Point) -> bool:
         """Whether ``measure.counters: claims`` counts ``point``."""
         chosen = self.claim_points if self.counter_points is None else self.counter_points

@@ -134,14 +134,22 @@ class Http(Experiment):
     report_position = 60
     axes = ("variant", "client", "keepalive", "binding", "workers", "concurrency")
     int_axes = frozenset({"workers", "concurrency"})
-    #: analysis.py's claims use every point loaded as the seed loaded its
-    #: server: ab without keep-alive (the seed ran ab three times for each concurrency)
+    #: analysis.py's claims use the points loaded as the seed loaded its server: ab
+    #: without keep-alive (the seed ran ab three times for each concurrency), with more
+    #: than one connection (:meth:`used_by_claims`); the kernel counters count them all
     claim_points = (SEED_LOAD,)
+    counter_points = (SEED_LOAD,)
     work_unit = "requests"
     rate_unit = "requests/s"
     erlang_variants = ("erlang",)
     erlang_module = "pg_http"
     path_keys = ("database",)
+
+    def used_by_claims(self, point: Point) -> bool:
+        """A seed-loaded point with more than one connection: one connection is one request
+        at a time, so a second worker or a bound CPU has nothing to share, and a
+        seed-scale load at one connection (35-60 s here) is measured once, for the plots."""
+        return super().used_by_claims(point) and int(point["concurrency"]) > 1
 
     def grids(self, section: dict[str, Any]) -> list[dict[str, Any]]:
         """The main grid (the section's lists) and each extra grid, defaults filled in."""

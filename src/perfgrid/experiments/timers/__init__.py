@@ -28,7 +28,7 @@ from pyperf import perf_counter
 
 from perfgrid import binding, erlang
 from perfgrid.eventloops import loop_factory, uvloop_missing
-from perfgrid.experiments.base import Case, Experiment, Metadata, Point
+from perfgrid.experiments.base import Case, Experiment, Metadata, Point, matches_any
 
 if TYPE_CHECKING:
     from perfgrid.paths import Layout
@@ -163,6 +163,14 @@ def storm(sleeps: np.ndarray, tasks: int, variant: str, gc_on: bool,
 
 #: the tasks of the sweep points the gc and uvloop claims compare (analysis.py)
 CLAIM_TASKS = 100_000
+#: the seed's scale: 500,000 processes x 10 waits of up to 10 s (5,000,000 timer events)
+SEED_SCALE = {"tasks": 500_000, "rounds": 10, "max_sleep": 10.0}
+#: the storms the seed-scale claims compare (analysis.py): the fastest Python setting
+#: and Erlang itself
+SEED_SCALE_CLAIMED = {**SEED_SCALE, "variant": ["uvloop", "erlang"]}
+#: rounds of a seed-scale claim point: a storm lasts 1-2 minutes, so three (about 11
+#: minutes for the four storms) rather than ``measure.claims.rounds``
+SEED_SCALE_ROUNDS = 3
 
 
 class Timers(Experiment):
@@ -171,11 +179,11 @@ class Timers(Experiment):
     axes = ("variant", "seeding", "gc", "tasks", "rounds", "max_sleep")
     int_axes = frozenset({"tasks", "rounds"})
     #: the sweep's storms of CLAIM_TASKS tasks at 1 s sleeps (about 9 s each here), which
-    #: the gc on/off and uvloop/asyncio claims compare: measured in ``measure.claims.rounds``
-    #: rounds, so those claims get intervals paired round by round. The 500,000-task sweep
-    #: storms (about 31 s each: 8 more minutes in rounds) and the seed-scale storms (minutes
-    #: each) stay at one value; the seed-scale claims say "no interval" (config/README.md)
-    claim_points = ({"tasks": CLAIM_TASKS, "max_sleep": 1.0},)
+    #: the gc on/off and uvloop/asyncio claims compare, in ``measure.claims.rounds`` rounds
+    #: (their ratios paired round by round); and the seed-scale storms of uvloop and Erlang,
+    #: which the seed-scale claims read, in SEED_SCALE_ROUNDS rounds (:meth:`claim_rounds`).
+    #: Other storms (plain asyncio at the seed's scale) stay at one value
+    claim_points = ({"tasks": CLAIM_TASKS, "max_sleep": 1.0}, SEED_SCALE_CLAIMED)
     #: counted (perfgrid.counters): the 100,000-task sweep points, where a storm lasts
     #: seconds; its claims compare gc on/off and uvloop/asyncio there
     counter_points = ({"tasks": 100_000, "rounds": 3, "max_sleep": 1.0},)
@@ -183,6 +191,10 @@ class Timers(Experiment):
     rate_unit = "timer events/s"
     erlang_variants = tuple(ERLANG)
     erlang_module = "pg_timers"
+
+    def claim_rounds(self, point: Point, rounds: int) -> int:
+        """A seed-scale storm lasts minutes: at most SEED_SCALE_ROUNDS rounds."""
+        return min(rounds, SEED_SCALE_ROUNDS) if matches_any(point, (SEED_SCALE,)) else rounds
 
     def job_options(self, point: Point, section: dict[str, Any], config: dict[str, Any],
                     layout: Layout) -> dict[str, str]:
