@@ -167,6 +167,7 @@ CLAIM_TASKS = 100_000
 
 class Timers(Experiment):
     name = "timers"
+    packages = ("uvloop",)  # its uvloop variant (perfgrid.eventloops)
     report_position = 40
     axes = ("variant", "seeding", "gc", "tasks", "rounds", "max_sleep")
     int_axes = frozenset({"tasks", "rounds"})
