@@ -1,5 +1,6 @@
 """perfgrid's modules import in layers: no import runs in a circle, and shared code reaches
-an experiment's own modules only through the registry (perfgrid.experiments).
+an experiment's own modules only through the registry (perfgrid.experiments); nor does
+shared code name an experiment, or a word only some experiments own.
 
 The imports are read from the source (``ast``), those inside functions too: a lazy import
 still ties two modules together.
@@ -8,13 +9,21 @@ still ties two modules together.
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
+from collections.abc import Iterator
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
+import yaml
+
 import perfgrid
-from perfgrid import experiments
+from perfgrid import configschema, experiments
+from perfgrid.experiments.base import SCHEMA_FILE
 
 SRC = Path(perfgrid.__file__).resolve().parent
+REPO = SRC.parents[1]
 
 
 def module_names() -> dict[str, Path]:
@@ -95,9 +104,151 @@ def test_shared_modules_reach_experiments_only_through_the_registry():
 
 
 def test_machine_json_names_the_tools_an_experiment_declares():
-    """machine.json's tools, ab among them, as before perfgrid.machine asked the registry."""
+    """machine.json's tools: cc and perf, erl, then those experiments declare (dd, fio, ab)."""
     from perfgrid import machine
 
-    assert list(machine.tools()) == [*machine.TOOL_VERSION, "erl", "ab"]
+    assert list(machine.tools()) == [*machine.TOOL_VERSION, "erl", "dd", "fio", "ab"]
     assert list(experiments.get("http").tools()) == ["ab"]
+    assert list(experiments.get("file_read").tools()) == ["dd", "fio"]
     assert experiments.get("syscall").tools() == {}
+
+
+# --- shared code names no experiment ----------------------------------------------------
+
+#: words of an experiment's vocabulary that shared code may still use, each for its reason
+ALLOWED = {
+    "python": "a runtime (base.RUNTIMES), shared by all; syscall's variants are named after them",
+    "native": "a runtime (base.RUNTIMES), shared by all",
+    "erlang": "a runtime (base.RUNTIMES), shared by all",
+    "on": "YAML's boolean spelled out (http keepalive, timers gc) and plain English",
+    "off": "YAML's boolean spelled out (http keepalive, timers gc) and plain English",
+    "auto": "the shared value of workers (workers: auto)",
+    "read": "plain English and Python's (os.read, a file's read); file_read's variant too",
+    "whole": "plain English; file_read's variant too",
+    "thread": "plain English and Python's (threading); a variant of spawn and ring too",
+    "total": "plain English, a sum's usual name; spawn's axis too",
+    "rounds": "the measure's rounds (measure.claims.rounds, planning.rounds_of), shared; "
+              "timers' axis has the same word",
+}
+#: shared files that may use some such words, each for its reason
+EXEMPT = {
+    ("src/perfgrid/eventloops.py", "asyncio"): "the event loops module: one helper for the "
+    "loops that timers, ring and http offer as variants, named after the loops it makes",
+    ("src/perfgrid/eventloops.py", "uvloop"): "as asyncio",
+    ("src/perfgrid/pagecache.py", "cache"): "the page-cache helper (file_read's cache axis is "
+    "its states): shared harness code outside the package, so that editing it reruns no job",
+    ("src/perfgrid/pagecache.py", "warm"): "as cache",
+    ("src/perfgrid/pagecache.py", "cold"): "as cache",
+    ("src/perfgrid/topology.py", "cache"): "sysfs's cpu*/cache folder (the L3 groups)",
+    ("workflow/rules/common.smk", "gc"): "Python's gc module (gc.freeze), not timers' gc axis",
+}
+#: a word's characters: a word is found only where neither side continues it
+WORD = r"[\w-]"
+URL = re.compile(r"[a-z]+://\S*")
+
+
+def enums(node: object) -> Iterator[str]:
+    """Every string of every ``enum`` in a (part of a) JSON schema."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from (v for v in value if isinstance(v, str)) if key == "enum" else enums(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from enums(item)
+
+
+def vocabulary() -> dict[str, set[str]]:
+    """Each word only some experiments own -> those experiments, from the registry: their
+    names, their variants (declared, and every enum of their schema.yaml: the values of
+    their axes) and their axes but those every experiment has or the shared schema defines
+    (variant; workers, binding); less :data:`ALLOWED`."""
+    names = experiments.available()
+    shared = set(yaml.safe_load(configschema.SHARED.read_text())["$defs"])
+    owners: dict[str, set[str]] = {}
+    for name in names:
+        exp = experiments.get(name)
+        axes = {a for a in exp.axes if {a, f"{a}s"}.isdisjoint(shared)
+                and not all(a in experiments.get(n).axes for n in names)}
+        values = {*exp.native_variants, *exp.erlang_variants, *exp.reference_variants,
+                  *enums(yaml.safe_load((exp.folder() / SCHEMA_FILE).read_text()))}
+        for word in {name, *axes, *values}:
+            owners.setdefault(word, set()).add(name)
+    return {w: o for w, o in owners.items() if w not in ALLOWED}
+
+
+def shared_files() -> list[Path]:
+    """Every file of shared code: perfgrid's modules outside the experiments' packages, the
+    Snakefile and rule files, and the report's templates."""
+    packages = [experiments.get(n).folder() for n in experiments.available()]
+    modules = [p for p in sorted(SRC.rglob("*.py"))
+               if not any(p.is_relative_to(folder) for folder in packages)]
+    return [*modules, REPO / "Snakefile", *sorted((REPO / "workflow" / "rules").glob("*.smk")),
+            *sorted((SRC / "templates").iterdir())]
+
+
+def named(source: str, words: set[str]) -> Iterator[tuple[int, str]]:
+    """(line, word) for each of ``words`` that ``source`` (Python, a rule file's, or a
+    template's block) names: as a name (not an attribute of another's object, as
+    ``functools.cache``), or in a string without spaces ("dd", "warm|cold"). Comments and
+    prose (a string with spaces: messages, docstrings) are words for a reader, not names."""
+    pattern = re.compile(rf"(?<!{WORD})({'|'.join(map(re.escape, sorted(words)))})(?!{WORD})")
+    strings = {tokenize.STRING, getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING)}
+    previous = None
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.NAME and token.string in words and not (
+                previous is not None and previous.string == "."):
+            yield token.start[0], token.string
+        elif token.type in strings and not re.search(r"\s", text := URL.sub("", token.string)):
+            yield from ((token.start[0], m.group(1)) for m in pattern.finditer(text))
+        if token.type not in (tokenize.NL, tokenize.COMMENT):
+            previous = token
+
+
+def template_code(text: str) -> Iterator[tuple[int, str]]:
+    """(line, code) of each ``{{ }}`` and ``{% %}`` block of a Jinja2 template."""
+    for match in re.finditer(r"\{([{%])-?(.*?)-?[}%]\}", text, re.S):
+        yield text.count("\n", 0, match.start()) + 1, " ".join(match.group(2).split())
+
+
+def names_in(path: Path, words: set[str]) -> list[tuple[int, str]]:
+    """(line, word) for each of ``words`` that the shared file at ``path`` names."""
+    text = path.read_text()
+    if path.parent.name != "templates":
+        return list(named(text, words))
+    return [(line, word) for line, code in template_code(text)
+            for _, word in named(code, words)]
+
+
+def test_the_guard_reads_names_and_strings_not_prose():
+    words = {"dd", "cache", "uvloop", "http"}
+    source = ('import uvloop\nimport functools\n@functools.cache\ndef f(cache):\n'
+              '    """Reads with dd, in prose."""\n'
+              '    return {"x": "warm|dd", "u": "http://example.org", "m": "no cache here"}'
+              '  # dd\n')
+    assert list(named(source, words)) == [(1, "uvloop"), (4, "cache"), (6, "dd")]
+    template = "<p>dd reads</p>\n{% if row.variant == 'dd' %}\n{{ cache | e }}{% endif %}"
+    assert list(template_code(template)) == [(2, "if row.variant == 'dd'"), (3, "cache | e"),
+                                             (3, "endif")]
+    vocab = vocabulary()
+    assert {"file_read", "http", "dd", "fio", "ab", "uvloop", "readinto", "block_size",
+            "cache", "concurrency", "tasks", "warm"} <= set(vocab)
+    assert not {"variant", "workers", "binding", "python", "native", "erlang"} & set(vocab)
+    assert vocab["uvloop"] == {"http", "ring", "timers"}
+
+
+def test_shared_code_names_no_experiment_nor_a_word_only_some_experiments_own():
+    """Shared code asks the registry: an experiment's name, its variants and values and its
+    own axes are spelled in its package only (docs/adding-an-experiment.md), but for the
+    words of :data:`ALLOWED` and the files of :data:`EXEMPT`, each with its reason."""
+    vocab = vocabulary()
+    found = []
+    for path in shared_files():
+        where = path.relative_to(REPO).as_posix()
+        for line, word in names_in(path, set(vocab)):
+            if (where, word) not in EXEMPT:
+                found.append(f"{where}:{line}: {word!r} (of {', '.join(sorted(vocab[word]))})")
+    assert not found, ("shared code names what an experiment should declare (an attribute "
+                       "of its Experiment, asked through the registry):\n" + "\n".join(found))
+    unused = [key for key in EXEMPT
+              if key[1] not in {w for _, w in names_in(REPO / key[0], set(vocab))}]
+    assert not unused, f"exemptions no longer needed: {unused}"

@@ -30,8 +30,10 @@ import pyperf
 from perfgrid import counters, experiments, looks, stats
 from perfgrid.paths import Layout
 
-COMMON_COLUMNS = [
-    "experiment", "runtime", "variant", "block_size", "workers", "binding", "cache",
+#: the columns every table has first: its point's shared axes (the axes experiments declare
+#: in ``common_columns`` join them: :func:`common_columns`), then the statistics
+POINT_COLUMNS = ["experiment", "runtime", "variant", "workers", "binding"]
+STAT_COLUMNS = [
     "n_values", "n_processes", "n_rounds", "mean_s", "median_s", "stdev_s", "cv", "rate",
     "rate_ci_low", "rate_ci_high", "ci_rel", "ci_method", "ci_reason", "converged", "stop",
     "measure_seconds", "rate_unit", "ratio_to_native", "process_values", "process_rounds",
@@ -44,6 +46,18 @@ ROUND_MERGE = {"started": min, "finished": max, "measure_seconds": sum, "batches
                "steal_share": max, "load_before": max, "load_after": max,
                "busy_before": max, "busy_during": max, "own_share": min,
                "steal_during": max, "measurements": sum}
+
+
+def common_columns() -> list[str]:
+    """Every table's first columns, :data:`POINT_COLUMNS` with each axis an experiment
+    declares in ``Experiment.common_columns`` after the column it names (empty in the
+    tables of experiments without that axis), then :data:`STAT_COLUMNS`."""
+    columns = list(POINT_COLUMNS)
+    for name in experiments.available():
+        for axis, after in experiments.get(name).common_columns.items():
+            if axis not in columns:
+                columns.insert(columns.index(after) + 1, axis)
+    return [*columns, *STAT_COLUMNS]
 
 
 def process_values(bench: pyperf.Benchmark) -> list[list[float]]:
@@ -340,12 +354,13 @@ def build_table(experiment_name: str, paths: list[str | Path],
         seen[key] = path
         rows.append(row)
     table = pd.DataFrame(rows)
-    for column in (*COMMON_COLUMNS, *counters.COLUMNS):
+    common = common_columns()
+    for column in (*common, *counters.COLUMNS):
         if column not in table:
             table[column] = pd.NA
     table["counters"] = table["counters"].astype(object).where(table["counters"].notna(),
                                                                counters.NOT_COUNTED)
     table["ratio_to_native"] = experiment.ratio_to_native(table) if len(table) else []
-    extra = [c for c in table.columns if c not in COMMON_COLUMNS]
-    return table[COMMON_COLUMNS + sorted(extra)].sort_values(
+    extra = [c for c in table.columns if c not in common]
+    return table[common + sorted(extra)].sort_values(
         [a for a in experiment.axes if a in table]).reset_index(drop=True)

@@ -8,10 +8,10 @@ a config too large or too deep to be real is refused before anything walks it.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Iterator
-from functools import cache
 from typing import Any
 
 from perfgrid import configschema
@@ -163,7 +163,7 @@ def _full_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> I
         yield ValidationError(f"{instance!r} does not match {pattern} as a whole")
 
 
-@cache
+@functools.cache
 def _strict_validator() -> Any:
     """The schema, with integers that are ints, numbers that are finite, whole-string patterns.
 

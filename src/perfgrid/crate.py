@@ -26,10 +26,13 @@ import time
 import uuid
 from collections.abc import Collection, Mapping
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import yaml
+
+if TYPE_CHECKING:
+    from perfgrid.experiments.base import Tool
 
 NAME = "ro-crate-metadata.json"
 #: the profiles the crate follows (the root dataset's conformsTo)
@@ -38,19 +41,37 @@ WORKFLOW_RUN = "https://w3id.org/ro/wfrun/workflow/0.5"
 WORKFLOW_RO_CRATE = "https://w3id.org/workflowhub/workflow-ro-crate/1.0"
 #: the profile's terms (``sha256`` among them), after the RO-Crate 1.1 context
 RUN_CONTEXT = "https://w3id.org/ro/terms/workflow-run/context"
-#: machine.json's ``tools`` (and the tables' older columns): name, what it is, home page
-TOOLS = {
+#: machine.json's ``tools`` (and the tables' older columns) that every experiment may run:
+#: name -> what it is, what it does, home page; then those experiments declare (:func:`known_tools`)
+SHARED_TOOLS = {
     "cc": ("C compiler (cc)", "builds the native programs", "https://gcc.gnu.org/"),
-    "dd": ("dd", "the native rows reading the test file",
-           "https://www.gnu.org/software/coreutils/"),
-    "fio": ("fio", "the native rows reading the test file in parallel",
-            "https://github.com/axboe/fio"),
     "erl": ("Erlang/OTP", "the erlang rows", "https://www.erlang.org/"),
-    "ab": ("ApacheBench (ab)", "the http load generator", "https://httpd.apache.org/"),
     "perf": ("perf", "the kernel counters (perf stat)", "https://perf.wiki.kernel.org/"),
 }
-#: the table columns that recorded a tool's version before machine.json did
-TABLE_VERSIONS = {"otp": "erl", "client_version": "ab"}
+#: the table columns that recorded a shared tool's version before machine.json did
+SHARED_TABLE_VERSIONS = {"otp": "erl"}
+
+
+def declared_tools() -> dict[str, Tool]:
+    """The tools the experiments declare (``Experiment.tools``), by name, in report order."""
+    from perfgrid import experiments
+
+    return {key: tool for name in experiments.available()
+            for key, tool in experiments.get(name).tools().items()}
+
+
+def known_tools() -> dict[str, tuple[str, str, str]]:
+    """Every tool the crate may name: :data:`SHARED_TOOLS`, then the experiments'."""
+    return {**SHARED_TOOLS, **{key: (tool.title, tool.role, tool.url)
+                               for key, tool in declared_tools().items()}}
+
+
+def table_versions() -> dict[str, str]:
+    """The table columns that recorded a tool's version before machine.json did -> the
+    tool: :data:`SHARED_TABLE_VERSIONS`, then the experiments' (``Tool.table_column``)."""
+    return {**SHARED_TABLE_VERSIONS, **{tool.table_column: key
+                                        for key, tool in declared_tools().items()
+                                        if tool.table_column}}
 
 FileFacts = Mapping[str, tuple[str, int]]
 
@@ -71,10 +92,11 @@ def table_facts(tables: list[Path]) -> tuple[dict[str, set[str]], list[float]]:
     """Tool versions the tables recorded (OTP, ab) and every row's started/finished time."""
     versions: dict[str, set[str]] = {}
     times: list[float] = []
+    columns = table_versions()
     for table in tables:
         with open(table, newline="") as handle:
             for row in csv.DictReader(handle):
-                for column, tool in TABLE_VERSIONS.items():
+                for column, tool in columns.items():
                     if row.get(column):
                         versions.setdefault(tool, set()).add(row[column])
                 for column in ("started", "finished"):
@@ -112,7 +134,7 @@ def software(machine: dict[str, Any], run: dict[str, Any],
                         "url": f"https://pypi.org/project/{name}/",
                         "softwareVersion": version})
     tools = machine.get("tools")
-    for key, (name, role, url) in TOOLS.items():
+    for key, (name, role, url) in known_tools().items():
         if isinstance(tools, dict) and key in tools:
             version = tools[key]
             if version is None:  # not on PATH on the machine that ran

@@ -16,11 +16,12 @@ import psutil
 
 from perfgrid import binding, topology
 
+#: perfgrid's own requirements; then machine.json lists the packages experiments declare
 PACKAGES = ("perfgrid", "snakemake", "pyperf", "pandas", "seaborn", "matplotlib", "numpy",
-            "psutil", "uvloop")
-#: the native tools the jobs run: name -> the command printing its version (first line kept)
-TOOL_VERSION = {"cc": ["--version"], "dd": ["--version"], "fio": ["--version"],
-                "perf": ["--version"]}
+            "psutil")
+#: the native tools every experiment's jobs may run: name -> the arguments printing its
+#: version (first line kept); then come erl and the tools experiments declare
+TOOL_VERSION = {"cc": ("--version",), "perf": ("--version",)}
 
 
 def _cpu_model() -> str:
@@ -33,9 +34,18 @@ def _cpu_model() -> str:
     return platform.processor()
 
 
+def packages() -> tuple[str, ...]:
+    """The Python packages machine.json records: :data:`PACKAGES`, then those the
+    experiments declare (``Experiment.packages``), each once."""
+    from perfgrid import experiments
+
+    declared = [p for name in experiments.available() for p in experiments.get(name).packages]
+    return tuple(dict.fromkeys([*PACKAGES, *declared]))
+
+
 def _versions() -> dict[str, str | None]:
     out: dict[str, str | None] = {}
-    for name in PACKAGES:
+    for name in packages():
         try:
             out[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
@@ -46,7 +56,8 @@ def _versions() -> dict[str, str | None]:
 def tools() -> dict[str, str | None]:
     """The versions of the native tools on PATH here (None: not on PATH), recorded with the
     run so that an archive made elsewhere states what ran (perfgrid.crate)."""
-    from perfgrid import erlang, experiments, lifetime
+    from perfgrid import erlang, experiments
+    from perfgrid.experiments.base import version_line
 
     out: dict[str, str | None] = {}
     for name, args in TOOL_VERSION.items():
@@ -55,15 +66,12 @@ def tools() -> dict[str, str | None]:
             out[name] = None
             continue
         try:
-            proc = subprocess.run(lifetime.command([program, *args]), capture_output=True,
-                                  text=True, timeout=60, check=False)
-            lines = (proc.stdout or proc.stderr).strip().splitlines()
-            out[name] = lines[0].strip() if lines else "unknown"
+            out[name] = version_line(program, args)
         except (OSError, subprocess.SubprocessError):
             out[name] = "unknown"
     checks = [("erl", erlang.missing, erlang.otp_release)]
-    checks += [(tool, missing, version) for name in experiments.available()
-               for tool, (missing, version) in experiments.get(name).tools().items()]
+    checks += [(key, tool.missing, tool.version) for name in experiments.available()
+               for key, tool in experiments.get(name).tools().items()]
     for name, missing, version in checks:
         try:
             out[name] = None if missing() else version()

@@ -165,10 +165,10 @@ class Layout:
         """Identity of the test file generated at the default path (hidden: not archived)."""
         return self.root / "data" / ".testfile.generated.json"
 
-    @property
-    def http_database(self) -> Path:
-        """The http experiment's SQLite counter when ``http.database`` is not set."""
-        return self.root / "data" / "http.sqlite"
+    def data_file(self, name: str) -> Path:
+        """A file an experiment's jobs keep in the result set's data folder (http's SQLite
+        counter where ``http.database`` is not set)."""
+        return self.root / "data" / name
 
     def look(self, experiment: str, blocks: int | str) -> Path:
         """The record of a look at an experiment's claims after ``blocks`` rounds

@@ -116,7 +116,6 @@ onerror:
 WILDCARD_CONSTRAINTS = {
     "experiment": "|".join(experiments.available()),
     "variant": "[a-z_]+",
-    "cache": "warm|cold",
     "binding": "|".join(binding.BINDINGS),
     "workers": r"\d+",
     "round": r"\d+",
@@ -242,10 +241,11 @@ def job_memory(experiment):
 
 
 def axis_constraints(experiment):
-    """Wildcard constraints of a benchmark rule: whole numbers for integer axes, and no
-    ``/`` in any other value (axes with a workflow-wide constraint keep that one)."""
+    """Wildcard constraints of a benchmark rule: those its experiment declares
+    (``axis_patterns``), else whole numbers for integer axes and no ``/`` in any other
+    value (axes with a workflow-wide constraint keep that one)."""
     exp = experiments.get(experiment)
-    return {a: r"\d+" if a in exp.int_axes else "[^/]+"
+    return {a: exp.axis_patterns.get(a) or (r"\d+" if a in exp.int_axes else "[^/]+")
             for a in exp.axes if a not in WILDCARD_CONSTRAINTS}
 
 

@@ -47,6 +47,24 @@ class NoisePair:
     loops: int
 
 
+@dataclass(frozen=True)
+class Tool:
+    """An installed program an experiment's jobs run (besides the C compiler, perf and erl):
+    machine.json records its version (perfgrid.machine.tools) and the archive's crate
+    describes it (perfgrid.crate)."""
+
+    #: why it cannot run here (a skip reason), or None
+    missing: Callable[[], str | None]
+    #: its version, as machine.json records it
+    version: Callable[[], str]
+    #: the crate's name for it, what it does in perfgrid, and its home page
+    title: str
+    role: str
+    url: str
+    #: the table column that recorded its version before machine.json did, or None
+    table_column: str | None = None
+
+
 @dataclass
 class Case:
     """One prepared grid point.
@@ -90,6 +108,18 @@ class Experiment:
     reference_variants: ClassVar[tuple[str, ...]] = ()
     reference_axes: ClassVar[tuple[str, ...]] = ()
     fallback_axes: ClassVar[tuple[str, ...]] = ()
+
+    #: regular expressions its axes' values must match as Snakemake wildcards (a closed
+    #: set, as file_read's ``cache``); an axis left out takes ``\d+`` if it is an integer
+    #: axis, else ``[^/]+`` (workflow/rules/common.smk, axis_constraints)
+    axis_patterns: ClassVar[dict[str, str]] = {}
+    #: its axes that every experiment's table has as a column, empty where the table's
+    #: experiment has no such axis, each -> the common column it comes after
+    #: (perfgrid.aggregate.common_columns; file_read: block_size after variant)
+    common_columns: ClassVar[dict[str, str]] = {}
+    #: Python packages its jobs import beyond perfgrid's own requirements, which may be
+    #: missing: machine.json records their versions (perfgrid.machine)
+    packages: ClassVar[tuple[str, ...]] = ()
 
     #: the fewest workers one of its points may have: ``workers: auto`` starts there
     min_workers: ClassVar[int] = 1
@@ -158,10 +188,11 @@ class Experiment:
         ``analysis.py`` (editing the plots or claims reruns no job), then :attr:`code`."""
         return [*_module_files(type(self).__module__), *self.code]
 
-    def tools(self) -> dict[str, tuple[Callable[[], str | None], Callable[[], str]]]:
+    def tools(self) -> dict[str, Tool]:
         """Installed programs its jobs run beyond perfgrid.machine's ``TOOL_VERSION`` and
-        erl, each with (why it is missing or None, its version): machine.json records their
-        versions (perfgrid.machine.tools, which names no experiment)."""
+        erl, by name (:class:`Tool`): machine.json records their versions
+        (perfgrid.machine.tools) and the crate describes them (perfgrid.crate), neither of
+        which names an experiment."""
         return {}
 
     def folder(self) -> Path:
@@ -279,6 +310,18 @@ def _module_files(module: str) -> tuple[str, ...]:
     files = ([f for f in sorted(path.parent.glob("*.py")) if f.name != ANALYSIS_FILE]
              if path.name == "__init__.py" else [path])
     return tuple(f.relative_to(PACKAGE).as_posix() for f in files)
+
+
+def version_line(program: str, args: tuple[str, ...] = ("--version",)) -> str:
+    """The first line ``program args`` prints (stdout, else stderr), "unknown" if none."""
+    import subprocess
+
+    from perfgrid import lifetime
+
+    proc = subprocess.run(lifetime.command([program, *args]), capture_output=True, text=True,
+                          timeout=60, check=False)
+    lines = (proc.stdout or proc.stderr).strip().splitlines()
+    return lines[0].strip() if lines else "unknown"
 
 
 def missing_tool(tool: str, why: str = "") -> str | None:

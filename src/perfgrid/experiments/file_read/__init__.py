@@ -21,8 +21,16 @@ from typing import TYPE_CHECKING, Any
 from pyperf import perf_counter
 
 from perfgrid import binding, erlang, lifetime
-from perfgrid.experiments.base import Case, Experiment, NoisePair, Point, missing_tool
-from perfgrid.pagecache import CacheState
+from perfgrid.experiments.base import (
+    Case,
+    Experiment,
+    NoisePair,
+    Point,
+    Tool,
+    missing_tool,
+    version_line,
+)
+from perfgrid.pagecache import CACHES, CacheState
 
 if TYPE_CHECKING:
     from perfgrid.paths import Layout
@@ -210,6 +218,9 @@ class FileRead(Experiment):
     erlang_variants = tuple(ERLANG)
     erlang_module = "pg_file_read"
     uses_testfile = True
+    axis_patterns = {"cache": "|".join(CACHES)}
+    #: every experiment's table has block_size and cache columns (empty but here)
+    common_columns = {"block_size": "variant", "cache": "binding"}
     reference_variants = ("dd",)
     reference_axes = ("cache", "block_size")
     fallback_axes = ("cache",)
@@ -272,13 +283,23 @@ class FileRead(Experiment):
                     layout: Layout) -> dict[str, str]:
         return {"testfile": str(config["testfile"]["path"])}
 
+    def tools(self) -> dict[str, Tool]:
+        """dd and fio, the native variants (their versions: the first line of --version)."""
+        return {
+            "dd": Tool(lambda: missing_tool("dd", "coreutils"), lambda: version_line("dd"),
+                       "dd", "the native rows reading the test file",
+                       "https://www.gnu.org/software/coreutils/"),
+            "fio": Tool(lambda: missing_tool("fio", "Debian package fio"),
+                        lambda: version_line("fio"), "fio",
+                        "the native rows reading the test file in parallel",
+                        "https://github.com/axboe/fio"),
+        }
+
     def unavailable(self, point: Point) -> str | None:
         if point["variant"] in ERLANG:
             return erlang.missing()
-        if point["variant"] == "fio":
-            return missing_tool("fio", "Debian package fio")
-        if point["variant"] == "dd":
-            return missing_tool("dd", "coreutils")
+        if point["variant"] in NATIVE:
+            return self.tools()[point["variant"]].missing()
         return None
 
     def prepare(self, point: Point, options: dict[str, str]) -> Case:

@@ -35,7 +35,7 @@ import psutil
 
 from perfgrid import binding, erlang
 from perfgrid.eventloops import uvloop_missing
-from perfgrid.experiments.base import Case, Experiment, Metadata, Point
+from perfgrid.experiments.base import Case, Experiment, Metadata, Point, Tool
 from perfgrid.experiments.http import load
 from perfgrid.experiments.http.counter import (
     BUSY_TIMEOUT_MS,
@@ -131,6 +131,7 @@ SEED_LOAD = {"client": "ab", "keepalive": "off"}
 
 class Http(Experiment):
     name = "http"
+    packages = ("uvloop",)  # its uvloop variant (perfgrid.eventloops)
     report_position = 60
     axes = ("variant", "client", "keepalive", "binding", "workers", "concurrency")
     int_axes = frozenset({"workers", "concurrency"})
@@ -203,16 +204,18 @@ class Http(Experiment):
     @staticmethod
     def database(section: dict[str, Any], layout: Layout) -> str:
         """The SQLite file of the counter: ``http.database``, else the result set's."""
-        return section.get("database") or str(layout.http_database)
+        return section.get("database") or str(layout.data_file("http.sqlite"))
 
     def check_files(self, section: dict[str, Any], layout: Layout) -> None:
         """Only a database perfgrid created may be at ``http.database`` (the counter is
         reset before every load): :func:`.counter.check_database`."""
         check_database(self.database(section, layout))
 
-    def tools(self) -> dict[str, tuple[Callable[[], str | None], Callable[[], str]]]:
+    def tools(self) -> dict[str, Tool]:
         """ab, the load generator of the ``ab`` client."""
-        return {"ab": (load.missing_ab, load.ab_version)}
+        return {"ab": Tool(load.missing_ab, load.ab_version, "ApacheBench (ab)",
+                           "the http load generator", "https://httpd.apache.org/",
+                           table_column="client_version")}
 
     def uncountable(self, point: Point) -> str | None:
         if point["client"] == "openloop":

@@ -71,6 +71,7 @@ class Tally:
 
 class Ring(Experiment):
     name = "ring"
+    packages = ("uvloop",)  # its uvloop variant (perfgrid.eventloops)
     report_position = 50
     axes = ("variant", "binding", "workers")
     int_axes = frozenset({"workers"})

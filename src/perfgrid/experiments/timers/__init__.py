@@ -175,6 +175,7 @@ SEED_SCALE_ROUNDS = 3
 
 class Timers(Experiment):
     name = "timers"
+    packages = ("uvloop",)  # its uvloop variant (perfgrid.eventloops)
     report_position = 40
     axes = ("variant", "seeding", "gc", "tasks", "rounds", "max_sleep")
     int_axes = frozenset({"tasks", "rounds"})
