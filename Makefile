@@ -11,7 +11,7 @@ DEBS   ?= fio apache2-utils gcc erlang-nox linux-perf
 # ... and what the tests use besides: a real browser for the report check.
 TEST_DEBS ?= $(DEBS) chromium
 
-.PHONY: reproduce quick test bench lint setup system-packages clean
+.PHONY: reproduce quick test bench lint config-doc setup system-packages clean
 
 reproduce: setup
 	$(BIN)/snakemake --cores $(CORES)
@@ -34,6 +34,11 @@ bench: $(VENV)/.installed
 lint: setup
 	$(BIN)/ruff check src tests
 	$(BIN)/snakemake --lint
+
+# config/README.md's key tables, written again from the experiments' schema.yaml
+# (perfgrid.configdoc; tests/test_config_readme.py holds them in step)
+config-doc: $(VENV)/.installed
+	$(BIN)/python -m perfgrid.configdoc
 
 setup: $(VENV)/.installed system-packages
 
