@@ -221,3 +221,56 @@ def test_experiments_of_fewer_rounds_keep_their_blocks_and_span_the_run() -> Non
     assert b_phases[0][0] <= 1 <= b_phases[0][1]
     assert b_phases[1][0] <= 5 <= b_phases[1][1]
     assert b_phases[2][0] <= 8 <= b_phases[2][1]
+
+
+def test_a_blocks_groups_run_back_to_back_inside_it() -> None:
+    """Inside a block, the jobs of one group (the points one claim compares) run
+    consecutively, the groups in a shuffled order; without groups the plan is as before."""
+    points = [{"variant": v, "workers": w} for v in ("a", "b", "c") for w in (1, 2, 4)]
+    jobs = [order.Job("x", p, r) for r in (1, 2, 3) for p in points]
+    jobs += [order.Job("y", {"size": s}, 1) for s in range(12)]
+
+    def block(job: order.Job):
+        return ("x", job.round) if job.experiment == "x" else None
+
+    def group(job: order.Job):
+        return job.point["variant"] if job.point["variant"] != "c" else None
+
+    plan = order.planned(jobs, True, 5, block=block, group=group)
+    assert sorted(map(repr, plan)) == sorted(map(repr, jobs))
+    for r in (1, 2, 3):
+        places = [i for i, job in enumerate(plan) if block(job) == ("x", r)]
+        assert places == list(range(places[0], places[0] + 9))
+        for variant in ("a", "b"):
+            inside = [i for i in places if plan[i].point["variant"] == variant]
+            assert inside == list(range(inside[0], inside[0] + 3)), (r, variant, inside)
+    firsts = {tuple(plan[i].point["variant"] for i, job in enumerate(plan)
+                    if block(job) == ("x", r)) for r in (1, 2, 3)}
+    assert len(firsts) > 1  # the groups' order is drawn again each round
+    assert order.planned(jobs, True, 5, block=block, group=lambda job: None) == \
+        order.planned(jobs, True, 5, block=block)
+
+
+def test_the_full_runs_claim_groups_put_a_claims_sides_seconds_apart() -> None:
+    """In the full config's plan, each experiment's claim groups are contiguous in every
+    round: the jobs between dd and readinto at 1 MiB, or a spawn primitive's bindings,
+    are those of their own group only."""
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    configschema.validate(cfg)
+    cfg = settings.effective(cfg, check_disk=False)
+    plan = order.planned(planning.jobs(cfg), True, cfg["order"]["seed"],
+                         block=planning.claim_block(cfg), group=planning.claim_group)
+    blocks = planning.claim_block(cfg)
+    seen: dict = {}
+    for place, job in enumerate(plan):
+        key = blocks(job)
+        if key is None:
+            continue
+        group = planning.claim_group(job)
+        if group is not None:
+            seen.setdefault((key, group), []).append(place)
+    assert seen
+    for (key, group), places in seen.items():
+        assert places == list(range(places[0], places[0] + len(places))), (key, group)
+    groups = {(key[0], group) for key, group in seen}
+    assert ("file_read", "1 MiB") in groups and ("spawn", "asyncio_task") in groups

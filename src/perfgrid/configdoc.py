@@ -1,6 +1,7 @@
 """config/README.md's key tables, one per experiment, written from the config schema.
 
-Each experiment's keys are described once, in its ``schema.yaml`` (``description``);
+Each experiment's keys are described once, in its ``schema.yaml`` (``description``, the
+short words validation errors quote, or ``details`` where the README says more);
 this module renders them, with what each key allows (from the schema), its value in
 ``config/config.yaml`` (the full run) and the schema's default where that differs, into
 config/README.md between the markers ``<!-- keys:<name> begin ... -->`` and
@@ -160,9 +161,11 @@ def allowed(node: Any, defs: dict[str, Any]) -> str:
 
 
 def _meaning(node: Any, defs: dict[str, Any]) -> str:
-    """A key's description: its own, else that of the definition it refers to."""
-    if isinstance(node, dict) and node.get("description"):
-        text = node["description"]
+    """A key's meaning: its ``details`` (the README's longer words, which validation
+    errors leave out: they quote the short ``description``), else its description, else
+    that of the definition it refers to."""
+    if isinstance(node, dict) and (node.get("details") or node.get("description")):
+        text = node.get("details") or node["description"]
     else:
         text = _resolve(node, defs).get("description", "")
     return " ".join(str(text).split())

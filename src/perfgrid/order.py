@@ -26,7 +26,9 @@ Jobs that share a block (``block``: the points one experiment's claims compare, 
 round) run back to back inside their phase, in a shuffled order, the block itself at a
 shuffled place among the other jobs: the sides of a claim are then measured minutes
 apart at most rather than anywhere in a third of the run, so a ratio paired round by
-round (perfgrid.stats) cancels the drift both sides share.
+round (perfgrid.stats) cancels the drift both sides share. Inside a block, the points an
+experiment groups (``Experiment.claim_group``: the points of one claim) run back to back
+again, the groups in a shuffled order, so a claim's sides are seconds apart.
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ class Job:
 
 
 def planned(jobs: list[Job], shuffle: bool, seed: int, draws: int = DRAWS,
-            block: Callable[[Job], Hashable | None] | None = None) -> list[Job]:
+            block: Callable[[Job], Hashable | None] | None = None,
+            group: Callable[[Job], Hashable | None] | None = None) -> list[Job]:
     """``jobs`` (in sorted order) in the order they should run.
 
     The run is cut into as many phases as the most rounds any point has.
@@ -69,7 +72,9 @@ def planned(jobs: list[Job], shuffle: bool, seed: int, draws: int = DRAWS,
     Inside each phase the jobs are permuted with a generator seeded by
     ``(seed, phase)`` (the best balanced of ``draws`` permutations), or kept
     sorted. Jobs for which ``block`` gives the same key (not None) stay together
-    inside their phase, as one unit of the permutation, shuffled among themselves.
+    inside their phase, as one unit of the permutation, shuffled among themselves; inside
+    a block, jobs for which ``group`` gives the same key (not None) stay together too, the
+    groups in a shuffled order, so the points of one claim run within seconds.
     """
     rounds_of: dict[tuple[str, str], int] = {}
     for job in jobs:
@@ -90,7 +95,7 @@ def planned(jobs: list[Job], shuffle: bool, seed: int, draws: int = DRAWS,
         in_phase = [job for job in jobs if phase_of[id(job)] == phase]
         if shuffle and len(in_phase) > 1:
             rng = np.random.default_rng([seed, phase])
-            units = _units(in_phase, block)
+            units = _units(in_phase, block, group)
             perms = np.array([_draw(units, rng) for _ in range(draws)])
             best = perms[int(np.argmin(imbalances(perms, numeric_axes(in_phase))))]
             in_phase = [in_phase[i] for i in best]
@@ -108,31 +113,59 @@ def _phase(start: int, round_: int, rounds: int, phases: int) -> int:
     return 1 + round((round_ - 1) * (phases - 1) / (rounds - 1))
 
 
-def _units(jobs: list[Job], block: Callable[[Job], Hashable | None] | None) -> list[list[int]]:
+#: a unit of a permutation: its groups, each a list of job indexes
+Unit = list[list[int]]
+
+
+def _units(jobs: list[Job], block: Callable[[Job], Hashable | None] | None,
+           group: Callable[[Job], Hashable | None] | None = None) -> list[Unit]:
     """The indexes of ``jobs`` as units of a permutation: each block's jobs together, in
-    their sorted order, at the place of its first job; every other job alone."""
-    units: list[list[int]] = []
+    their sorted order, at the place of its first job; every other job alone. A block is
+    one group, or where ``group`` names any, its jobs by group (a job of no group alone)."""
+    blocks: list[list[int]] = []
     where: dict[Hashable, list[int]] = {}
     for index, job in enumerate(jobs):
         key = block(job) if block is not None else None
         if key is None:
-            units.append([index])
+            blocks.append([index])
         elif key in where:
             where[key].append(index)
         else:
             where[key] = [index]
-            units.append(where[key])
-    return units
+            blocks.append(where[key])
+    return [_grouped(members, jobs, group) for members in blocks]
 
 
-def _draw(units: list[list[int]], rng: np.random.Generator) -> np.ndarray:
-    """One permutation of the jobs: the units in a random order, each shuffled inside."""
-    if all(len(unit) == 1 for unit in units):  # no blocks: the plain permutation
+def _grouped(members: list[int], jobs: list[Job],
+             group: Callable[[Job], Hashable | None] | None) -> Unit:
+    keys = [group(jobs[i]) if group is not None and len(members) > 1 else None
+            for i in members]
+    if all(key is None for key in keys):
+        return [members]
+    groups: list[list[int]] = []
+    where: dict[Hashable, list[int]] = {}
+    for index, key in zip(members, keys, strict=True):
+        if key is None:
+            groups.append([index])
+        elif key in where:
+            where[key].append(index)
+        else:
+            where[key] = [index]
+            groups.append(where[key])
+    return groups
+
+
+def _draw(units: list[Unit], rng: np.random.Generator) -> np.ndarray:
+    """One permutation of the jobs: the units in a random order, each shuffled inside
+    (its groups in a random order, each shuffled inside)."""
+    if all(len(unit) == 1 and len(unit[0]) == 1 for unit in units):  # the plain permutation
         return rng.permutation(len(units))
     order = []
     for u in rng.permutation(len(units)):
-        unit = units[u]
-        order.extend(unit[i] for i in rng.permutation(len(unit)))
+        groups = units[u]
+        for g in (rng.permutation(len(groups)) if len(groups) > 1 else (0,)):
+            members = groups[g]
+            order.extend(members[i] for i in rng.permutation(len(members)))
     return np.array(order)
 
 

@@ -9,7 +9,7 @@ and rounds, and the harness options that carry them; the run order's blocks
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from perfgrid import experiments, order
@@ -95,6 +95,12 @@ def claim_block(cfg: dict[str, Any]) -> Callable[[order.Job], tuple[str, int] | 
         return job.experiment, job.round
 
     return block
+
+
+def claim_group(job: order.Job) -> Hashable | None:
+    """Inside a block, the points that run back to back again: the experiment's
+    ``claim_group`` (perfgrid.order)."""
+    return experiments.get(job.experiment).claim_group(job.point)
 
 
 def grid(cfg: dict[str, Any], experiment: str) -> list[dict[str, Any]]:

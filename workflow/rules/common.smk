@@ -73,7 +73,7 @@ SRC = os.path.relpath(os.path.join(workflow.basedir, "src", "perfgrid"))
 # every benchmark job in the order it should run; Snakemake runs the highest priority first
 JOBS = planning.jobs(SETTINGS)
 ORDER = order.planned(JOBS, SETTINGS["order"]["shuffle"], SETTINGS["order"]["seed"],
-                      block=planning.claim_block(SETTINGS))
+                      block=planning.claim_block(SETTINGS), group=planning.claim_group)
 PRIORITY = order.priorities(ORDER, {e: experiments.get(e).axes for e in SETTINGS["experiments"]})
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -153,6 +153,13 @@ class Experiment:
         """The rounds of claim point ``point``, given ``measure.claims.rounds``: fewer
         where one job lasts minutes and a few rounds already decide its claims."""
         return rounds
+
+    def claim_group(self, point: Point) -> Hashable | None:
+        """Which claim points of one round run back to back inside the experiment's block
+        (perfgrid.order): the points one claim compares, so its sides are measured
+        seconds apart and a paired ratio cancels more of the noise they share; None: a
+        point shuffled alone through the block."""
+        return None
 
     def counted_by_default(self, point: Point) -> bool:
         """Whether ``measure.counters: claims`` counts ``point``."""

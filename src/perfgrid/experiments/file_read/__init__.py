@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import threading
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 from pyperf import perf_counter
@@ -241,6 +242,16 @@ class FileRead(Experiment):
          "block_size": 1 << 20},
         {"variant": "dd", "cache": "warm", "binding": "none", "workers": 1,
          "block_size": 1 << 20}, 1)
+
+    def claim_group(self, point: Point) -> Hashable | None:
+        """The points one claim compares run back to back: dd, readinto (aligned or not)
+        and two parallel readers at 1 MiB; read at 1 KiB and 1 MiB; erlang_read likewise.
+        The other claim points (the best of many parallel rows) are shuffled alone."""
+        variant, one_mib = point["variant"], point["block_size"] == 1 << 20
+        if one_mib and (variant in ("dd", "readinto", "readinto_unaligned") or (
+                variant == "pread_parallel" and point["workers"] == 2)):
+            return "1 MiB"
+        return variant if variant in ("read", "erlang_read") else None
 
     def points(self, section: dict[str, Any], config: dict[str, Any]) -> list[Point]:
         """Single readers by block size, ``whole`` once, parallel readers by block

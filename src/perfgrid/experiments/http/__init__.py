@@ -28,7 +28,7 @@ import os
 import shutil
 import statistics
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
 import psutil
@@ -159,6 +159,11 @@ class Http(Experiment):
         for grid in [main] + [{**main, **extra} for extra in section.get("extra_grids") or []]:
             out.append({**grid, "keepalive": [keepalive_word(v) for v in grid["keepalive"]]})
         return out
+
+    def claim_group(self, point: Point) -> Hashable | None:
+        """One server's claim points run back to back: its claims compare its worker
+        counts, bindings and concurrencies."""
+        return point["variant"]
 
     def points(self, section: dict[str, Any], config: dict[str, Any]) -> list[Point]:
         out: dict[tuple, Point] = {}

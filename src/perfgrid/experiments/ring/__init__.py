@@ -17,7 +17,7 @@ This module is the experiment; :mod:`.rings` holds the Python rings and
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -90,6 +90,14 @@ class Ring(Experiment):
     min_workers = 2
     #: no fallback: a row is compared with the C ring at its own workers/binding only
     fallback_axes = ("workers", "binding")
+
+    def claim_group(self, point: Point) -> Hashable | None:
+        """The points one claim compares run back to back: one ring kind at one size
+        across its bindings; the event-loop rings beside the 2-thread ring."""
+        if point["variant"] in ("asyncio", "uvloop") or (
+                point["variant"] == "thread" and point["workers"] == 2):
+            return "in-process"
+        return point["variant"], point["workers"]
 
     def points(self, section: dict[str, Any], config: dict[str, Any]) -> list[Point]:
         """In-loop variants: one worker, bindings none/single (compact and spread

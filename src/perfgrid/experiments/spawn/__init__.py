@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import resource
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
 from pyperf import perf_counter
@@ -94,6 +94,11 @@ class Spawn(Experiment):
     native_program = "spawn"
     erlang_module = "pg_spawn"
     reference_variants = NATIVE
+
+    def claim_group(self, point: Point) -> Hashable | None:
+        """A primitive's claim points run back to back: its claims compare its bindings
+        (and asyncio's chains)."""
+        return point["variant"]
 
     def points(self, section: dict[str, Any], config: dict[str, Any]) -> list[Point]:
         primitives, totals = section["primitives"], section["totals"]

@@ -14,7 +14,7 @@ import select
 import signal
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import psutil
@@ -294,6 +294,11 @@ class Syscall(Experiment):
     reference_variants = ("native",)
     reference_axes = ("call", "binding", "workers")
     fallback_axes = ("call",)
+
+    def claim_group(self, point: Point) -> Hashable | None:
+        """One variant's worker counts at one binding run back to back: its scaling
+        claims compare them."""
+        return point["variant"], point["call"], point["binding"]
 
     def points(self, section: dict[str, Any], config: dict[str, Any]) -> list[Point]:
         for key, known in (("variants", VARIANTS), ("calls", CALLS)):

@@ -20,6 +20,7 @@ import os
 import resource
 import sys
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -201,6 +202,11 @@ class Timers(Experiment):
                     layout: Layout) -> dict[str, str]:
         """The storms' seed and how often a storm logs its progress."""
         return {"seed": str(section["seed"]), "progress": str(section["progress_s"])}
+
+    def claim_group(self, point: Point) -> Hashable | None:
+        """The 100,000-task storms of one seeding run back to back (the gc on/off and
+        uvloop/asyncio pairs); a seed-scale storm is shuffled alone."""
+        return point["seeding"] if point["tasks"] == CLAIM_TASKS else None
 
     def points(self, section: dict[str, Any], config: dict[str, Any]) -> list[Point]:
         """The cross product of the lists, then of each extra grid (a key left out
