@@ -122,37 +122,29 @@ def _units(jobs: list[Job], block: Callable[[Job], Hashable | None] | None,
     """The indexes of ``jobs`` as units of a permutation: each block's jobs together, in
     their sorted order, at the place of its first job; every other job alone. A block is
     one group, or where ``group`` names any, its jobs by group (a job of no group alone)."""
-    blocks: list[list[int]] = []
+    blocks = _together(range(len(jobs)), [block(j) if block else None for j in jobs])
+    units = []
+    for members in blocks:
+        keys = [group(jobs[i]) if group and len(members) > 1 else None for i in members]
+        units.append(_together(members, keys) if any(k is not None for k in keys)
+                     else [members])
+    return units
+
+
+def _together(indexes: Iterable[int], keys: list[Hashable | None]) -> list[list[int]]:
+    """``indexes`` in lists of the same key (not None), each at the place of its first
+    member; an index whose key is None alone."""
+    out: list[list[int]] = []
     where: dict[Hashable, list[int]] = {}
-    for index, job in enumerate(jobs):
-        key = block(job) if block is not None else None
+    for index, key in zip(indexes, keys, strict=True):
         if key is None:
-            blocks.append([index])
+            out.append([index])
         elif key in where:
             where[key].append(index)
         else:
             where[key] = [index]
-            blocks.append(where[key])
-    return [_grouped(members, jobs, group) for members in blocks]
-
-
-def _grouped(members: list[int], jobs: list[Job],
-             group: Callable[[Job], Hashable | None] | None) -> Unit:
-    keys = [group(jobs[i]) if group is not None and len(members) > 1 else None
-            for i in members]
-    if all(key is None for key in keys):
-        return [members]
-    groups: list[list[int]] = []
-    where: dict[Hashable, list[int]] = {}
-    for index, key in zip(members, keys, strict=True):
-        if key is None:
-            groups.append([index])
-        elif key in where:
-            where[key].append(index)
-        else:
-            where[key] = [index]
-            groups.append(where[key])
-    return groups
+            out.append(where[key])
+    return out
 
 
 def _draw(units: list[Unit], rng: np.random.Generator) -> np.ndarray:
