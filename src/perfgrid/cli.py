@@ -10,17 +10,10 @@ from pathlib import Path
 from perfgrid.atomic import atomic_path, write_json, write_text
 
 
-def _testfile(args: argparse.Namespace) -> None:
-    from perfgrid import testfile
-
-    seed = None if args.seed.lower() in ("none", "null") else int(args.seed)
-    testfile.main(args.path, args.ready, args.size, seed, args.record)
-
-
 def _machine(args: argparse.Namespace) -> None:
     from perfgrid import machine
 
-    write_json(args.output, machine.snapshot(args.testfile))
+    write_json(args.output, machine.snapshot(dict(args.fixture)))
 
 
 def _table(args: argparse.Namespace) -> None:
@@ -73,7 +66,7 @@ def _report(args: argparse.Namespace) -> None:
         raise ValueError(f"report needs {', '.join(missing)} (or: report ARCHIVE -o DIR)"
                          if missing else "-o DIR goes with an archive: report ARCHIVE -o DIR")
     report.main(Path(args.root), args.experiments, args.html, args.md, args.cv_threshold,
-                args.testfile_facts, args.noise_profile)
+                dict(args.fixture_facts), args.noise_profile)
 
 
 def _noise(args: argparse.Namespace) -> None:
@@ -198,23 +191,29 @@ def _skipped(args: argparse.Namespace) -> None:
     print(f"skipped: {len(points)} points -> {args.output}")
 
 
+def _name_value(text: str) -> tuple[str, str]:
+    """``NAME=VALUE`` as a pair (a fixture's name and its path)."""
+    name, sep, value = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected NAME=PATH, got {text!r}")
+    return name, value
+
+
 def main(argv: list[str] | None = None) -> None:
+    from perfgrid import fixtures
+
     parser = argparse.ArgumentParser(prog="perfgrid", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("testfile", help="write the random test file and its sidecar JSON, "
-                       "or check the one perfgrid wrote there before")
-    p.add_argument("path")
-    p.add_argument("ready", help="JSON written once the file is ready (facts, generated or not)")
-    p.add_argument("--size", type=int, required=True)
-    p.add_argument("--seed", default="none")
-    p.add_argument("--record", help="note the generated file's identity here (default path "
-                   "only), so that only that very file is removed after the run")
-    p.set_defaults(func=_testfile)
+    for fixture in fixtures.all_kinds():  # each fixture's maker (perfgrid.fixtures)
+        p = sub.add_parser(fixture.name, help=fixture.help)
+        fixture.add_arguments(p)
+        p.set_defaults(func=fixture.make)
 
     p = sub.add_parser("machine", help="write a psutil snapshot of this machine")
     p.add_argument("output")
-    p.add_argument("--testfile")
+    p.add_argument("--fixture", type=_name_value, action="append", default=[],
+                   metavar="NAME=PATH", help="a fixture's path: its file system is recorded")
     p.set_defaults(func=_machine)
 
     p = sub.add_parser("table", help="aggregate raw pyperf results into one table")
@@ -250,7 +249,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--html")
     p.add_argument("--md")
     p.add_argument("--cv-threshold", type=float, default=0.05)
-    p.add_argument("--testfile-facts", default="", help="the test file's sidecar JSON")
+    p.add_argument("--fixture-facts", type=_name_value, action="append", default=[],
+                   metavar="NAME=PATH", help="a fixture's sidecar JSON (perfgrid.fixtures)")
     p.add_argument("--noise-profile", default="none",
                    help="the run's noise.json (perfgrid noise); none: not measured")
     p.set_defaults(func=_report)

@@ -114,8 +114,9 @@ def _auto_workers() -> dict[str, Any]:
     return {"cpus": cpus, "counts": binding.auto_workers(cpus), "set_by": source}
 
 
-def snapshot(testfile: str | None = None) -> dict[str, Any]:
-    """CPU, topology, memory, file system, kernel and versions of this machine."""
+def snapshot(fixtures: dict[str, str] | None = None) -> dict[str, Any]:
+    """CPU, topology, memory, file system, kernel and versions of this machine; the file
+    system of each fixture's path (``fixtures``: name -> path)."""
     freq = psutil.cpu_freq()
     mem = psutil.virtual_memory()
     topo = topology.read()
@@ -145,5 +146,6 @@ def snapshot(testfile: str | None = None) -> dict[str, Any]:
         "python_implementation": platform.python_implementation(),
         "packages": _versions(),
         "tools": tools(),
-        "testfile_filesystem": _filesystem(testfile) if testfile else None,
+        **{f"{name}_filesystem": _filesystem(path) if path else None
+           for name, path in (fixtures or {}).items()},
     }

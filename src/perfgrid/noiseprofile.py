@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from perfgrid import experiments, jobargs, jobs, lifetime
+from perfgrid import experiments, fixtures, jobargs, jobs, lifetime
 from perfgrid.atomic import write_json
 from perfgrid.experiments.base import Experiment, NoisePair, Point
 from perfgrid.paths import PACKAGE, Layout
@@ -114,10 +114,12 @@ def _label(point: Point, other: Point) -> str:
 
 def missing_file(experiment: Experiment, point: Point, config: dict[str, Any],
                  layout: Layout) -> str | None:
-    """Why ``point``'s job could not run now for want of a file, or None: its test file,
+    """Why ``point``'s job could not run now for want of a file, or None: a fixture's file,
     or the C program it runs (a caller may build that one, :func:`build_programs`)."""
-    if experiment.uses_testfile and not os.path.isfile(config["testfile"]["path"]):
-        return f"no test file at {config['testfile']['path']} (rule testfile makes it)"
+    for fixture in map(fixtures.get, experiment.fixtures):
+        path = config[fixture.name]["path"]
+        if not os.path.isfile(path):
+            return f"no {fixture.title} at {path} (rule {fixture.name} makes it)"
     program = jobs.native_program(experiment, point)
     if program and not os.access(layout.native_binary(program), os.X_OK):
         return (f"no native program at {layout.native_binary(program)} (rule native_program "

@@ -149,21 +149,19 @@ class Layout:
             return int(value)
         return None
 
-    # the test file (file_read): its default place and perfgrid's own notes on it
-    @property
-    def testfile_default(self) -> Path:
-        """The test file when ``testfile.path`` is not set: the only one perfgrid may remove."""
-        return self.root / "data" / "testfile.bin"
+    # fixtures (perfgrid.fixtures): their default place and perfgrid's own notes on them
+    def fixture_default(self, file_name: str) -> Path:
+        """A fixture's file when its ``path`` is not set: the only one perfgrid may remove."""
+        return self.root / "data" / file_name
 
-    @property
-    def testfile_ready(self) -> Path:
-        """Written once the test file is generated or checked; benchmarks wait for it."""
-        return self.root / "data" / "testfile.ready.json"
+    def fixture_ready(self, name: str) -> Path:
+        """Written once the fixture's file is generated or checked; its jobs wait for it."""
+        return self.root / "data" / f"{name}.ready.json"
 
-    @property
-    def testfile_record(self) -> Path:
-        """Identity of the test file generated at the default path (hidden: not archived)."""
-        return self.root / "data" / ".testfile.generated.json"
+    def fixture_record(self, name: str) -> Path:
+        """Identity of the fixture's file generated at its default path (hidden: not
+        archived)."""
+        return self.root / "data" / f".{name}.generated.json"
 
     def data_file(self, name: str) -> Path:
         """A file an experiment's jobs keep in the result set's data folder (http's SQLite

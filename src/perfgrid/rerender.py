@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from perfgrid import aggregate, archive, config_errors, gitinfo, report, settings
+from perfgrid import aggregate, archive, config_errors, fixtures, gitinfo, report, settings
 from perfgrid.paths import Layout
 
 #: what the pipeline derives from the raw results: set aside, made again, and what DIR gets
@@ -99,11 +99,12 @@ def from_archive(path: Path, out: Path) -> Path:
             if (root / name).exists():
                 os.rename(root / name, aside / name)
         names = rebuild(root, cfg, {p.stem for p in (aside / "tables").glob("*.csv")})
-        testfile = cfg["testfile"]["path"] + ".json"
         run_root = Layout.for_host(root.name, cfg["results"]).root
-        facts = "none"
-        if settings.uses_testfile(cfg) and Path(testfile).is_relative_to(run_root):
-            facts = str(root / Path(testfile).relative_to(run_root))
+        facts = {}  # the fixtures' sidecars the archive holds (those under results/<host>)
+        for fixture in fixtures.needed(cfg):
+            sidecar = Path(fixtures.facts_file(cfg, fixture))
+            if sidecar.is_relative_to(run_root):
+                facts[fixture.name] = str(root / sidecar.relative_to(run_root))
         noise = root / "noise.json"
         blocks = cfg.get("noise", {}).get("profile", {}).get("blocks", 0)
         this = gitinfo.facts()

@@ -3,8 +3,8 @@
 The JSON schema (perfgrid.configschema) checks types, ranges and names, its errors
 worded by perfgrid.config_errors; this module checks what a schema cannot (sizes in
 strings, paths that would clobber the repository or collide with the pipeline's own
-folders, a file already at the test file's or the http database's path that perfgrid
-did not create, free disk space, what only the grid shows) and fills in derived values
+folders, a file already at a fixture's (perfgrid.fixtures) or the http database's path
+that perfgrid did not create, free disk space, what only the grid shows) and fills in derived values
 (``workers: auto``'s counts among them); perfgrid.planning makes the jobs of the result.
 Every error names the config key and what is allowed, is raised before any job runs,
 and writes nothing: not even a folder, so a dry run leaves the disk as it found it.
@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
-from perfgrid import binding, configschema, experiments, testfile, topology
+from perfgrid import binding, configschema, experiments, fixtures, topology
 from perfgrid.config_errors import (
     ConfigError,
     brief,
@@ -142,10 +142,11 @@ def resolve_auto(config: dict[str, Any]) -> dict[str, list[int]]:
 def effective(config: dict[str, Any], check_disk: bool = True) -> dict[str, Any]:
     """The config with derived values filled in; raises ConfigError, writes nothing.
 
-    ``check_disk`` also looks at the disk: the file already at the test file's path (and
-    at any other path a job writes, ``Experiment.check_files``), free space, a writable
+    ``check_disk`` also looks at the disk: the file already at the path of a fixture the
+    enabled experiments need (and at any other path a job writes,
+    ``Experiment.check_files``), free space, a writable
     results folder. A job that works the grid out again (rule
-    skipped, while the testfile job may be writing the file) passes False.
+    skipped, while a fixture's job may be writing its file) passes False.
     """
     check_shape(config)
     check_strict(config)
@@ -164,27 +165,23 @@ def effective(config: dict[str, Any], check_disk: bool = True) -> dict[str, Any]
     _not_an_option(results, "results")
     layout = Layout.for_host(cfg["host"], results)
     _outside_sources(str(layout.root), "results")
-    tf = cfg.setdefault("testfile", {})
-    try:
-        tf["size_bytes"] = testfile.parse_size(tf.get("size", "1GiB"), "testfile.size")
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-    if tf["size_bytes"] < testfile.MIN_SIZE:
-        raise ConfigError(f"testfile.size: {tf.get('size')!r} is {tf['size_bytes']:,} bytes; "
-                          f"allowed: at least {testfile.MIN_SIZE:,} bytes (4KiB)")
-    tf["path"] = tf.get("path") or str(layout.testfile_default)
-    _not_an_option(tf["path"], "testfile.path")
-    _outside_sources(tf["path"], "testfile.path")
+    for fixture in fixtures.all_kinds():  # derived values, and the path where unset
+        section = cfg.setdefault(fixture.name, {})
+        try:
+            fixture.settle(section, layout.fixture_default(fixture.file_name))
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        _not_an_option(section["path"], f"{fixture.name}.path")
+        _outside_sources(section["path"], f"{fixture.name}.path")
     for name in known:  # files an experiment's jobs write (http.database)
         for key in experiments.get(name).path_keys:
             path = (cfg.get(name) or {}).get(key)
             if path:
                 _not_an_option(path, f"{name}.{key}")
                 _outside_sources(path, f"{name}.{key}")
-    if check_disk and uses_testfile(cfg):
-        try:
-            testfile.check_existing(tf["path"], tf["size_bytes"], tf.get("seed"))
-            testfile.check_free_space(tf["path"], tf["size_bytes"])
+    for fixture in fixtures.needed(cfg) if check_disk else ():
+        try:  # the file already at its path, and free space for it
+            fixture.check(cfg[fixture.name])
         except ValueError as err:
             raise ConfigError(str(err)) from None
     for name in cfg["experiments"] if check_disk else ():
@@ -211,11 +208,6 @@ def effective(config: dict[str, Any], check_disk: bool = True) -> dict[str, Any]
     if check_disk:
         _writable(layout.root, "results")
     return cfg
-
-
-def uses_testfile(cfg: dict[str, Any]) -> bool:
-    """Whether an enabled experiment reads the test file (:attr:`Experiment.uses_testfile`)."""
-    return any(experiments.get(name).uses_testfile for name in cfg["experiments"])
 
 
 def _check_cap(measure: dict[str, Any], key: str) -> None:

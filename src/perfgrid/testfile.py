@@ -1,4 +1,5 @@
-"""The random test file that file_read reads, and its sidecar facts.
+"""The random test file, a fixture (perfgrid.fixtures; file_read reads it), and its
+sidecar facts.
 
 With an integer seed the content is the raw output of numpy's SFC64 bit
 generator (bit generators' raw streams are stable across numpy versions and
@@ -16,6 +17,7 @@ a temporary name and linked into place only if nothing is there.
 
 from __future__ import annotations
 
+import argparse
 import errno
 import hashlib
 import json
@@ -309,3 +311,55 @@ def main(path: str, ready: str, size: int, seed: int | None, record: str | None 
     else:
         print(f"using {path}, generated earlier by perfgrid: {size:,} bytes, "
               f"sha256 {facts['sha256']} as its sidecar says")
+
+
+class TestFile:
+    """The fixture (a :class:`perfgrid.fixtures.Fixture`): config section ``testfile``
+    (``size``, ``seed``, ``path``)."""
+
+    __test__ = False  # not a pytest class
+    name = "testfile"
+    title = "test file"
+    file_name = "testfile.bin"
+    provenance_key = "test_file"
+    help = ("write the random test file and its sidecar JSON, or check the one perfgrid "
+            "wrote there before")
+
+    def settle(self, section: dict[str, Any], default_path: Path) -> None:
+        section["size_bytes"] = parse_size(section.get("size", "1GiB"), "testfile.size")
+        if section["size_bytes"] < MIN_SIZE:
+            raise ValueError(f"testfile.size: {section.get('size')!r} is "
+                             f"{section['size_bytes']:,} bytes; allowed: at least "
+                             f"{MIN_SIZE:,} bytes (4KiB)")
+        section["path"] = section.get("path") or str(default_path)
+
+    def check(self, section: dict[str, Any]) -> None:
+        check_existing(section["path"], section["size_bytes"], section.get("seed"))
+        check_free_space(section["path"], section["size_bytes"])
+
+    def make_args(self, section: dict[str, Any]) -> str:
+        return f"--size {section['size_bytes']} --seed {section['seed']}"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("path")
+        parser.add_argument("ready", help="JSON written once the file is ready (facts, "
+                            "generated or not)")
+        parser.add_argument("--size", type=int, required=True)
+        parser.add_argument("--seed", default="none")
+        parser.add_argument("--record", help="note the generated file's identity here "
+                            "(default path only), so that only that very file is removed "
+                            "after the run")
+
+    def make(self, args: argparse.Namespace) -> None:
+        seed = None if args.seed.lower() in ("none", "null") else int(args.seed)
+        main(args.path, args.ready, args.size, seed, args.record)
+
+    def remove_generated(self, record: Path, since: float) -> bool:
+        return remove_generated(record, since)
+
+    def provenance(self, facts: dict[str, Any]) -> str:
+        return (f"{facts['size']:,} bytes, seed {facts['seed']}, sha256 {facts['sha256']}, "
+                f"generated at {facts['bytes_per_s'] / 1e9:.2f} GB/s")
+
+
+FIXTURE = TestFile()

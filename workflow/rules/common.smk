@@ -11,6 +11,7 @@ from perfgrid import (
     binding,
     config_errors,
     experiments,
+    fixtures,
     jobargs,
     jobs,
     looks,
@@ -55,10 +56,17 @@ os.environ.update(
 )
 CONDA_ENV = "../envs/perfgrid.yaml"
 LAYOUT = Layout.for_host(SETTINGS["host"], SETTINGS["results"])
-TESTFILE = SETTINGS["testfile"]["path"]
-# perfgrid removes only a test file it generated at the default path in this run
-# (rule testfile notes its identity; onsuccess below); any other file stays
-TESTFILE_OWNED = os.path.abspath(TESTFILE) == os.path.abspath(LAYOUT.testfile_default)
+# the input files made before the jobs of the experiments that declare them (the test
+# file); every kind's path is settled, machine.json records its file system
+FIXTURES = fixtures.all_kinds()
+NEEDED_FIXTURES = fixtures.needed(SETTINGS)
+
+
+def fixture_args(flag, kinds, path):
+    """``FLAG NAME=PATH`` for each fixture of ``kinds``, quoted for the shell."""
+    return " ".join(f"{flag} {shlex.quote(f'{f.name}={path(f)}')}" for f in kinds)
+
+
 STARTED = time.time()
 try:  # benchmark jobs take every core, so nothing runs beside them
     BENCH_THREADS = workflow.cores
@@ -100,9 +108,12 @@ onstart:
 
 
 onsuccess:
-    from perfgrid import runlock, testfile
+    from perfgrid import runlock
 
-    testfile.remove_generated(LAYOUT.testfile_record, since=STARTED)
+    # perfgrid removes only a fixture's file it generated at the default path in this run
+    # (its rule notes the file's identity); any other file stays
+    for fixture in FIXTURES:
+        fixture.remove_generated(LAYOUT.fixture_record(fixture.name), since=STARTED)
     runlock.release(LAYOUT.run_lock)
 
 

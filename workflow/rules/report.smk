@@ -68,7 +68,8 @@ rule report:
         LAYOUT.log("report.log"),
     params:
         experiments=SETTINGS["experiments"],
-        testfile_facts=TESTFILE + ".json" if settings.uses_testfile(SETTINGS) else "none",
+        fixture_facts=fixture_args("--fixture-facts", NEEDED_FIXTURES,
+                                   lambda f: fixtures.facts_file(SETTINGS, f)),
         noise=SETTINGS["noise"],
         noise_profile=lambda w, input: input.noise[0] if input.noise else "none",
         root=lambda w, input: os.path.dirname(input.machine),
@@ -77,6 +78,6 @@ rule report:
     shell:
         "python -m perfgrid.cli report --root {params.root:q} "
         "--experiments {params.experiments:q} --cv-threshold {params.noise[cv_threshold]} "
-        "--testfile-facts {params.testfile_facts:q} "
+        "{params.fixture_facts} "
         "--noise-profile {params.noise_profile:q} "
         "--html {output.html:q} --md {output.md:q} > {log:q} 2>&1"

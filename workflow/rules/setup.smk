@@ -1,5 +1,5 @@
 # What every result set needs besides the benchmarks: machine facts, the config
-# as used, the skipped points, and the random test file.
+# as used, the skipped points, and the fixtures (the random test file).
 
 
 rule machine:
@@ -8,11 +8,11 @@ rule machine:
     log:
         LAYOUT.log("machine.log"),
     params:
-        testfile=TESTFILE,
+        fixtures=fixture_args("--fixture", FIXTURES, lambda f: SETTINGS[f.name]["path"]),
     conda:
         CONDA_ENV
     shell:
-        "python -m perfgrid.cli machine --testfile {params.testfile:q} {output:q} > {log:q} 2>&1"
+        "python -m perfgrid.cli machine {params.fixtures} {output:q} > {log:q} 2>&1"
 
 
 rule used_config:
@@ -46,26 +46,33 @@ rule skipped:
         "python -m perfgrid.cli skipped {input:q} {output:q} > {log:q} 2>&1"
 
 
-rule testfile:
-    # The data file is no declared output: Snakemake deletes the outputs of a failed
-    # job and temp() outputs once used, and the file at testfile.path may be a file
-    # perfgrid did not create. The job generates it where nothing is (linked into
-    # place, never replacing), or checks the one perfgrid generated there before
-    # (sidecar and SHA-256), and then writes the ready note the benchmarks wait for.
-    output:
-        # temp: made again (in seconds) whenever a benchmark needs the file
-        ready=temp(LAYOUT.testfile_ready),
-    log:
-        LAYOUT.log("testfile.log"),
-    params:
-        path=TESTFILE,
-        size=SETTINGS["testfile"]["size_bytes"],
-        seed=SETTINGS["testfile"]["seed"],
-        record=f"--record {shlex.quote(str(LAYOUT.testfile_record))}" if TESTFILE_OWNED else "",
-    # alone on the machine, like a benchmark: its generation speed is recorded
-    threads: BENCH_THREADS
-    conda:
-        CONDA_ENV
-    shell:
-        "python -m perfgrid.cli testfile --size {params.size} --seed {params.seed} "
-        "{params.record} -- {params.path:q} {output.ready:q} > {log:q} 2>&1"
+# One rule per fixture (perfgrid.fixtures), named after it: rule testfile.
+for fixture in FIXTURES:
+
+    rule:
+        # The data file is no declared output: Snakemake deletes the outputs of a failed
+        # job and temp() outputs once used, and the file at <fixture>.path may be a file
+        # perfgrid did not create. The job generates it where nothing is (linked into
+        # place, never replacing), or checks the one perfgrid generated there before
+        # (sidecar and SHA-256), and then writes the ready note the benchmarks wait for.
+        name:
+            fixture.name
+        output:
+            # temp: made again (in seconds) whenever a benchmark needs the file
+            ready=temp(LAYOUT.fixture_ready(fixture.name)),
+        log:
+            LAYOUT.log(f"{fixture.name}.log"),
+        params:
+            path=SETTINGS[fixture.name]["path"],
+            args=fixture.make_args(SETTINGS[fixture.name]),
+            # perfgrid removes only a file it generated at the default path in this run
+            record=(f"--record {shlex.quote(str(LAYOUT.fixture_record(fixture.name)))}"
+                    if os.path.abspath(SETTINGS[fixture.name]["path"])
+                    == os.path.abspath(LAYOUT.fixture_default(fixture.file_name)) else ""),
+        # alone on the machine, like a benchmark: its generation speed is recorded
+        threads: BENCH_THREADS
+        conda:
+            CONDA_ENV
+        shell:
+            f"python -m perfgrid.cli {fixture.name} {{params.args}} "
+            "{params.record} -- {params.path:q} {output.ready:q} > {log:q} 2>&1"

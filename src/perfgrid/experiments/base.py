@@ -123,9 +123,10 @@ class Experiment:
 
     #: the fewest workers one of its points may have: ``workers: auto`` starts there
     min_workers: ClassVar[int] = 1
-    #: whether its jobs read the random test file (``testfile``): then the file already at
-    #: its path is checked before any job, and the report states the file's facts
-    uses_testfile: ClassVar[bool] = False
+    #: the fixtures its jobs read (perfgrid.fixtures, by name; file_read: ``testfile``):
+    #: each is made (or the file already at its path checked) before its jobs, and the
+    #: report states its facts
+    fixtures: ClassVar[tuple[str, ...]] = ()
     #: keys of its config section that name a file perfgrid writes: refused where the path
     #: would read as an option or lies in the repository's sources
     path_keys: ClassVar[tuple[str, ...]] = ()

@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from perfgrid import experiments, gitinfo
+from perfgrid import experiments, fixtures, gitinfo
 from perfgrid.aggregate import read_table
 from perfgrid.analysis import Claim, claims_of, hook, module
 from perfgrid.atomic import write_text
@@ -117,7 +117,8 @@ def build(root: Path, experiment_names: list[str], cv_threshold: float) -> dict[
 
 
 def main(root: Path, experiment_names: list[str], html_path: str, md_path: str,
-         cv_threshold: float, testfile_facts: str = "", noise_profile: str = "none",
+         cv_threshold: float, fixture_facts: dict[str, str] | None = None,
+         noise_profile: str = "none",
          git: dict[str, str] | None = None, notes: dict[str, str] | None = None) -> None:
     """Write the report; ``git`` (the run's commit, where not this checkout's) and
     ``notes`` (more provenance lines) serve a report rendered from an archive."""
@@ -128,11 +129,11 @@ def main(root: Path, experiment_names: list[str], html_path: str, md_path: str,
     if noise_profile not in ("", "none"):  # the run's own profile: missing is an error
         data["noise"] = json.loads(Path(noise_profile).read_text())
     data["claims_figure"] = claims_figure(data["claim_list"], Layout(root).claims_figure)
-    if testfile_facts not in ("", "none") and Path(testfile_facts).exists():
-        facts = json.loads(Path(testfile_facts).read_text())
-        data["provenance"]["test_file"] = (
-            f"{facts['size']:,} bytes, seed {facts['seed']}, sha256 {facts['sha256']}, "
-            f"generated at {facts['bytes_per_s'] / 1e9:.2f} GB/s")
+    for name, path in (fixture_facts or {}).items():  # each fixture's sidecar facts
+        if path not in ("", "none") and Path(path).exists():
+            fixture = fixtures.get(name)
+            data["provenance"][fixture.provenance_key] = fixture.provenance(
+                json.loads(Path(path).read_text()))
     md, page = render(data)
     write_claims(data["claims"], Layout(root).claims_table)
     write_text(md_path, md)

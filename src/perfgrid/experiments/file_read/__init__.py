@@ -218,7 +218,7 @@ class FileRead(Experiment):
     native_variants = NATIVE
     erlang_variants = tuple(ERLANG)
     erlang_module = "pg_file_read"
-    uses_testfile = True
+    fixtures = ("testfile",)
     axis_patterns = {"cache": "|".join(CACHES)}
     #: every experiment's table has block_size and cache columns (empty but here)
     common_columns = {"block_size": "variant", "cache": "binding"}
@@ -288,7 +288,7 @@ class FileRead(Experiment):
     def extra_inputs(self, point: Point, config: dict[str, Any],
                      layout: Layout) -> dict[str, str]:
         """The test file's ready note: rule testfile generated or checked the file."""
-        return {"ready": str(layout.testfile_ready)}
+        return {"ready": str(layout.fixture_ready("testfile"))}
 
     def job_options(self, point: Point, section: dict[str, Any], config: dict[str, Any],
                     layout: Layout) -> dict[str, str]:
