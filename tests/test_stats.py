@@ -252,3 +252,16 @@ def test_a_decision_level_widens_every_interval_inside_it() -> None:
     assert ratio.interval() == plain and stats.current_level() == 0.95
     with pytest.raises(ValueError, match="between 0 and 1"), stats.decision_level(1.5):
         pass
+
+
+def test_a_geometric_mean_of_estimates_without_common_blocks_combines_them_as_independent():
+    """Parts measured in different processes, not rounds: the mean of their logs, with
+    their deviations averaged and Welch-Satterthwaite degrees of freedom (not paired)."""
+    parts = [stats.rate([[1.0, 1.02], [0.98, 1.01], [1.01, 0.99]], 1.0, seed=s) / k
+             for s, k in ((1, 1.0), (2, 4.0))]
+    mean = stats.geometric_mean(parts)
+    assert mean.value == pytest.approx(np.sqrt(parts[0].value * parts[1].value))
+    assert mean.method != stats.METHOD_PAIRED and mean.blocks is None
+    low, high = mean.interval()
+    assert low < mean.value < high
+    assert mean.ci_rel < max(p.ci_rel for p in parts)

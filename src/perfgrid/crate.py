@@ -26,13 +26,10 @@ import time
 import uuid
 from collections.abc import Collection, Mapping
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import unquote
 
 import yaml
-
-if TYPE_CHECKING:
-    from perfgrid.experiments.base import Tool
 
 NAME = "ro-crate-metadata.json"
 #: the profiles the crate follows (the root dataset's conformsTo)
@@ -52,25 +49,21 @@ SHARED_TOOLS = {
 SHARED_TABLE_VERSIONS = {"otp": "erl"}
 
 
-def declared_tools() -> dict[str, Tool]:
-    """The tools the experiments declare (``Experiment.tools``), by name, in report order."""
-    from perfgrid import experiments
-
-    return {key: tool for name in experiments.available()
-            for key, tool in experiments.get(name).tools().items()}
-
-
 def known_tools() -> dict[str, tuple[str, str, str]]:
     """Every tool the crate may name: :data:`SHARED_TOOLS`, then the experiments'."""
+    from perfgrid import experiments
+
     return {**SHARED_TOOLS, **{key: (tool.title, tool.role, tool.url)
-                               for key, tool in declared_tools().items()}}
+                               for key, tool in experiments.tools().items()}}
 
 
 def table_versions() -> dict[str, str]:
     """The table columns that recorded a tool's version before machine.json did -> the
     tool: :data:`SHARED_TABLE_VERSIONS`, then the experiments' (``Tool.table_column``)."""
+    from perfgrid import experiments
+
     return {**SHARED_TABLE_VERSIONS, **{tool.table_column: key
-                                        for key, tool in declared_tools().items()
+                                        for key, tool in experiments.tools().items()
                                         if tool.table_column}}
 
 FileFacts = Mapping[str, tuple[str, int]]

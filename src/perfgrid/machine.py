@@ -70,8 +70,7 @@ def tools() -> dict[str, str | None]:
         except (OSError, subprocess.SubprocessError):
             out[name] = "unknown"
     checks = [("erl", erlang.missing, erlang.otp_release)]
-    checks += [(key, tool.missing, tool.version) for name in experiments.available()
-               for key, tool in experiments.get(name).tools().items()]
+    checks += [(key, tool.missing, tool.version) for key, tool in experiments.tools().items()]
     for name, missing, version in checks:
         try:
             out[name] = None if missing() else version()

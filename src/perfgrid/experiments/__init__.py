@@ -16,9 +16,9 @@ import importlib
 import pkgutil
 from itertools import pairwise
 
-from perfgrid.experiments.base import Case, Experiment, Point
+from perfgrid.experiments.base import Case, Experiment, Point, Tool
 
-__all__ = ["Case", "Experiment", "Point", "RegistryError", "available", "get"]
+__all__ = ["Case", "Experiment", "Point", "RegistryError", "available", "get", "tools"]
 
 
 class RegistryError(RuntimeError):
@@ -40,6 +40,12 @@ def get(name: str) -> Experiment:
     if found is None:
         raise KeyError(f"experiment: {name!r} is not one of {', '.join(available())}")
     return found
+
+
+def tools() -> dict[str, Tool]:
+    """The installed programs the experiments' jobs run (``Experiment.tools``), by name,
+    in report order: machine.json records their versions, the archive's crate names them."""
+    return {key: tool for name in available() for key, tool in get(name).tools().items()}
 
 
 @functools.cache

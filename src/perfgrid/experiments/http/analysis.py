@@ -20,12 +20,11 @@ from perfgrid.analysis import (
     median_of,
     plot_setup,
     rate_estimates,
-    rows_where,
     save,
     why,
     without_erlang,
 )
-from perfgrid.experiments.http import EXPERIMENT, SEED_LOAD
+from perfgrid.experiments.http import EXPERIMENT
 from perfgrid.stats import Estimate, geometric_mean, reduce
 
 NAME = "http"
@@ -116,11 +115,6 @@ def _openloop_plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
 
 def _load_label(table: pd.DataFrame) -> pd.Series:
     return table["client"].astype(str) + ", keep-alive " + table["keepalive"].astype(str)
-
-
-def _seed_like(table: pd.DataFrame) -> pd.DataFrame:
-    """Rows loaded like the seed (ab without keep-alive)."""
-    return rows_where(table, **SEED_LOAD)
 
 
 def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:

@@ -169,8 +169,8 @@ SEED_SCALE = {"tasks": 500_000, "rounds": 10, "max_sleep": 10.0}
 #: the storms the seed-scale claims compare (analysis.py): the fastest Python setting
 #: and Erlang itself
 SEED_SCALE_CLAIMED = {**SEED_SCALE, "variant": ["uvloop", "erlang"]}
-#: rounds of a seed-scale claim point: a storm lasts 1-2 minutes, so three (about 11
-#: minutes for the four storms) rather than ``measure.claims.rounds``
+#: rounds of a seed-scale claim point: a storm lasts 1-2 minutes, so three (about 16
+#: minutes for the four storms in all) rather than ``measure.claims.rounds``
 SEED_SCALE_ROUNDS = 3
 
 
