@@ -75,10 +75,16 @@ def test_claim_points_get_the_claims_repetitions() -> None:
              "block_size": 1024}
     claimed = planning.measure_of(cfg, "file_read", point)
     other = planning.measure_of(cfg, "file_read", {**point, "block_size": 4096})
-    # five rounds (blocks) of one process each, spread over the run; the rest: one job of
-    # 2 values
-    assert (claimed["rounds"], claimed["processes"], claimed["values"]) == (5, 1, 1)
+    # up to ten rounds (blocks) of one process each, spread over the run, the last five
+    # only for claims a look leaves open; the rest: one job of 2 values
+    assert (claimed["rounds"], claimed["processes"], claimed["values"]) == (10, 1, 1)
     assert (other["rounds"], other["processes"], other["values"]) == (1, 1, 2)
-    assert planning.rounds_of(cfg, "file_read", point) == 5
+    assert planning.rounds_of(cfg, "file_read", point) == 10
     assert planning.rounds_of(cfg, "file_read", {**point, "block_size": 4096}) == 1
+    # Erlang's 1 KiB reads (~30 s a round) keep to the rounds before the look
+    erlang = {**point, "variant": "erlang_read"}
+    assert planning.rounds_of(cfg, "file_read", erlang) == 5
+    assert "--looks" not in planning.measure_args(cfg, "file_read", erlang)
+    words = planning.measure_args(cfg, "file_read", point)
+    assert words[words.index("--looks") + 1] == "2"
     assert "claims" not in planning.measure_of(cfg, "file_read", point)

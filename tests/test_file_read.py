@@ -134,6 +134,20 @@ def test_grid_multiplies_only_the_axes_that_apply():
     assert len(by_variant["pread_parallel"]) == 1 * 3 * 2
 
 
+def test_cold_rows_take_the_cold_sub_sections_lists():
+    """``cold: {bindings: [none]}``: the disk-bound rows keep to one placement, the warm
+    rows keep every binding."""
+    section = {"variants": ["read", "pread_parallel"], "block_sizes": [4096],
+               "parallel_block_sizes": [1 << 20], "workers": [1, 2],
+               "bindings": ["none", "single"], "caches": ["warm", "cold"],
+               "cold": {"bindings": ["none"]}}
+    pts = EXP.points(section, {"testfile": {"size_bytes": 1 << 30}})
+    parallel = [p for p in pts if p["variant"] == "pread_parallel"]
+    assert {p["binding"] for p in parallel if p["cache"] == "warm"} == {"none", "single"}
+    assert {p["binding"] for p in parallel if p["cache"] == "cold"} == {"none"}
+    assert len([p for p in pts if p["variant"] == "read"]) == 2
+
+
 def test_missing_fio_is_a_skip_reason(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     assert "fio not found" in EXP.unavailable(point("fio"))

@@ -37,14 +37,15 @@ def _sequential(truth: float, threshold: float, rng: np.random.Generator,
                 op: str = ">=") -> tuple[str, int]:
     """(the claim's last reading, the blocks it used) under perfgrid.looks' rule."""
     blocks = rng.normal(math.log(truth), spread, schedule[-1])
-    with stats.decision_level(looks.level(len(schedule))):
-        for n in schedule:
+    planned = len(schedule)
+    for at, n in enumerate(schedule, 1):
+        with stats.decision_level(looks.level(planned, at)):
             claim = _claim(blocks[:n], threshold, op)
-            if claim.verdict in sequential.DECIDED:
-                return claim.verdict, n
-            power = sequential.conditional_power(claim, n, schedule[-1])
-            if n < schedule[-1] and power < sequential.FUTILE:
-                return claim.verdict, n
+        if claim.verdict in sequential.DECIDED:
+            return claim.verdict, n
+        power = sequential.conditional_power(claim, n, schedule[-1], looks.level(planned))
+        if n < schedule[-1] and power < sequential.FUTILE:
+            return claim.verdict, n
     return claim.verdict, schedule[-1]
 
 
@@ -101,10 +102,16 @@ def test_a_claim_that_cannot_be_decided_stops_early_without_a_verdict() -> None:
 
 def test_level_and_schedule() -> None:
     assert looks.level(1) == pytest.approx(0.95)
-    assert looks.level(3) == pytest.approx(1 - 0.05 / 3)
+    # the looks before the last spend a fifth of the 5 %, the last the rest
+    assert looks.level(3, 1) == looks.level(3, 2) == pytest.approx(1 - 0.01 / 2)
+    assert looks.level(3) == looks.level(3, 3) == pytest.approx(0.96)
+    assert looks.level(2, 1) == pytest.approx(0.99)
+    assert sum(1 - looks.level(3, at) for at in (1, 2, 3)) == pytest.approx(0.05)
     cfg = {"x": {"measure": {"claims": {"rounds": 12, "looks": [8, 4]}}}}
     assert looks.schedule(cfg, "x") == [4, 8, 12]
     assert looks.looks_of(cfg, "x") == 3
+    # a point measured in fewer rounds passes fewer looks; one done by the first, one
+    assert [looks.looks_of(cfg, "x", r) for r in (3, 4, 8, 12)] == [1, 1, 2, 3]
     assert looks.schedule({"x": {"measure": {"claims": {"rounds": 5}}}}, "x") == [5]
 
 
@@ -163,3 +170,131 @@ def _base() -> dict:
         cfg = yaml.safe_load(handle)
     cfg["experiments"] = ["syscall"]
     return cfg
+
+
+# -- per claim: the rounds after a look measure only the points of the claims left open --
+def test_a_round_after_a_look_measures_only_points_of_open_claims() -> None:
+    record = {"stop": False, "open_points": ["variant=a", "variant=b"], "open_unnamed": False}
+    assert looks.measures(record, "variant=a")
+    assert not looks.measures(record, "variant=c")
+    assert looks.measures({**record, "open_unnamed": True}, "variant=c")
+    assert not looks.measures({**record, "stop": True}, "variant=a")
+    # a look written before claims named their points goes on with every point
+    assert looks.measures({"stop": False}, "variant=c")
+
+
+def test_the_harness_skips_a_point_no_open_claim_compares(tmp_path, monkeypatch) -> None:
+    import pyperf
+
+    from perfgrid import bench, experiments
+
+    monkeypatch.setattr(pyperf.Runner, "_created", set())  # one Runner a process
+
+    point = {"variant": "python", "call": "getuid", "binding": "spread", "workers": 1}
+    other = experiments.get("syscall").point_key({**point, "workers": 2})
+    look = tmp_path / "after-8-rounds.json"
+    look.write_text(json.dumps({"stop": False, "blocks": 8, "cap": 20,
+                                "open_points": [other], "open_unnamed": False}))
+    result = tmp_path / "round=9.json"
+    bench.main(["syscall", *[w for k, v in point.items() for w in ("--point", f"{k}={v}")],
+                "--result", str(result), "--lock", str(tmp_path / "no" / "lock"),
+                "--look", str(look), "--round", "9"])
+    note = looks.not_measured(result)
+    assert note is not None and "every claim comparing this point was decided" in note["why"]
+    assert not (tmp_path / "no").exists()
+
+
+def _look_of(monkeypatch, claims: list, passes: dict[str, int], previous=None, at=1):
+    """sequential.judge over a stand-in table (one row per point, its looks) and claims."""
+    import pandas as pd
+
+    from perfgrid import aggregate
+
+    rows = [{"experiment": "ring", "variant": key, "binding": "none", "workers": 2,
+             "claims_looks": count} for key, count in passes.items()]
+    monkeypatch.setattr(aggregate, "build_table", lambda name, results: pd.DataFrame(rows))
+    monkeypatch.setattr(sequential, "claims_of", lambda name, table, at=None: claims)
+    return sequential.judge("ring", [], 5, 2, 10, previous=previous, at=at)
+
+
+def _ring_key(variant: str) -> str:
+    from perfgrid import experiments
+
+    return experiments.get("ring").point_key({"variant": variant, "binding": "none",
+                                               "workers": 2})
+
+
+def _open_claim(*variants: str, verdict: str = "inconclusive", **numbers):
+    from perfgrid.analysis import Claim
+
+    figures = {"value": 1.52, "ci_low": 1.0, "ci_high": 2.3, "threshold": 1.2, "op": ">=",
+               **numbers}
+    return Claim("ring", f"on {'+'.join(variants)}", "c", "m", verdict, level=0.99,
+                 points="; ".join(_ring_key(v) for v in variants), **figures)
+
+
+def test_a_look_leaves_open_only_the_points_of_undecided_decidable_claims(monkeypatch):
+    claims = [_open_claim("asyncio", "thread"),                     # open: measured on
+              _open_claim("native", "thread", verdict="reproduced"),  # decided
+              _open_claim("uvloop", value=1.21, ci_low=0.5, ci_high=2.9),  # hopeless
+              _open_claim("erlang")]                    # its point has every round already
+    passes = {"asyncio": 2, "thread": 2, "native": 2, "uvloop": 2, "erlang": 1}
+    record = _look_of(monkeypatch, claims, passes)
+    assert [c["holds"] for c in record["claims"]] == [True, False, False, False]
+    assert record["open_points"] == sorted([_ring_key("asyncio"), _ring_key("thread")])
+    assert not record["stop"] and not record["open_unnamed"]
+    assert not looks.measures(record, _ring_key("native"))
+    # a later look keeps let-go points let go, though an open claim names them
+    later = _look_of(monkeypatch, [_open_claim("asyncio", "native")], passes,
+                     previous=record, at=1)
+    assert later["open_points"] == [_ring_key("asyncio")]
+
+
+def test_a_claim_that_cannot_name_its_points_keeps_every_point(monkeypatch):
+    from perfgrid.analysis import Claim
+
+    unnamed = Claim("ring", "h", "c", "m", "inconclusive", value=1.52, ci_low=1.0,
+                    ci_high=2.3, threshold=1.2, op=">=", level=0.99)
+    record = _look_of(monkeypatch, [unnamed], {"asyncio": 2})
+    assert record["claims"][0]["holds"] and record["open_unnamed"]
+    assert looks.measures(record, _ring_key("native"))
+
+
+def test_each_claim_decides_at_the_level_of_the_looks_its_points_pass(monkeypatch):
+    """A claim on points measured past the first look decides at 99 % there and 96 % at
+    the end; one on points done before the first look is judged once, at 95 %."""
+    import pandas as pd
+
+    from perfgrid import analysis
+    from perfgrid.analysis import judged
+
+    looked, once = frozenset({_ring_key("asyncio")}), frozenset({_ring_key("erlang")})
+    quantity = stats.paired(1.5, {1: 0.3, 2: 0.5, 3: 0.4, 4: 0.45, 5: 0.35})
+    fake = type("M", (), {"claims": staticmethod(lambda table: [
+        judged("ring", "h", "c", stats.from_points(quantity, points), ">=", 1.2)
+        for points in (looked, once)])})
+    monkeypatch.setattr(analysis, "module", lambda name: fake)
+    table = pd.DataFrame([{"experiment": "ring", "variant": "asyncio", "binding": "none",
+                           "workers": 2, "claims_looks": 2},
+                          {"experiment": "ring", "variant": "erlang", "binding": "none",
+                           "workers": 2, "claims_looks": math.nan}])
+    at_look = analysis.claims_of("ring", table, at=1)
+    final = analysis.claims_of("ring", table)
+    assert [c.level for c in at_look] == pytest.approx([0.99, 0.95])
+    assert [c.level for c in final] == pytest.approx([0.96, 0.95])
+    assert final[0].point_keys == (_ring_key("asyncio"),)
+
+
+def test_the_report_says_which_points_a_look_kept(tmp_path) -> None:
+    from perfgrid.paths import Layout
+    from perfgrid.report import look_notes
+
+    folder = tmp_path / "looks" / "spawn"
+    folder.mkdir(parents=True)
+    (folder / "after-5-rounds.json").write_text(json.dumps({
+        "blocks": 5, "cap": 10, "looks": 2, "level": 0.99, "stop": False, "stopped_at": None,
+        "why": "after 5 of 10 rounds: 1 of 6 claims still undecided and decidable by round 10",
+        "open_points": ["variant=a", "variant=b"], "open_unnamed": False}))
+    [line] = look_notes(Layout(tmp_path), "spawn")
+    assert "intervals at 99.0%" in line
+    assert line.endswith("the next rounds were measured at the 2 points those claims compare.")

@@ -120,11 +120,11 @@ def test_ratio_of_estimates_combines_both_spreads() -> None:
 
 
 def _in_rounds(rate: float, shared: list[float], own: list[float],
-               seed: int) -> stats.Estimate:
-    """A rate measured in len(shared) rounds, one value a round."""
+               seed: int, first: int = 1) -> stats.Estimate:
+    """A rate measured in len(shared) rounds (numbered from ``first``), one value a round."""
     times = np.exp(np.add(shared, own)) / rate
     return stats.rate([[t] for t in times], 1.0, seed=seed,
-                      rounds=list(range(1, len(times) + 1)))
+                      rounds=list(range(first, first + len(times))))
 
 
 def test_a_scale_keeps_the_pairing_and_a_ratio_pairs_round_by_round() -> None:
@@ -201,14 +201,46 @@ def test_an_impossible_count_is_refused(call) -> None:
 
 
 def test_paired_estimates_in_different_rounds_combine_as_independent() -> None:
-    """Two paired ratios whose rounds differ cannot pair: the product says so."""
+    """Two paired ratios whose rounds differ (neither's among the other's) cannot pair:
+    the product says so."""
     shared = [0.0, 0.3, -0.2, 0.1]
     a = _in_rounds(2.0, shared, [0.01, -0.01, 0.02, 0.0], seed=1)
     b = _in_rounds(1.0, shared, [0.0, 0.01, 0.0, -0.01], seed=2)
-    c = _in_rounds(1.0, shared[:3], [0.0, 0.02, 0.01], seed=3)
-    d = _in_rounds(1.0, shared[:3], [0.01, 0.0, -0.01], seed=4)
+    c = _in_rounds(1.0, shared[:3], [0.0, 0.02, 0.01], seed=3, first=3)
+    d = _in_rounds(1.0, shared[:3], [0.01, 0.0, -0.01], seed=4, first=3)
     assert (a / b).method == (c / d).method == stats.METHOD_PAIRED
     assert ((a / b) / (c / d)).method == stats.METHOD_ROUNDS
+
+
+def test_a_point_measured_in_more_rounds_pairs_over_the_rounds_both_have() -> None:
+    """A look let one side stop after 4 rounds while the other went on to 8: the ratio
+    pairs over the 4 rounds both have, centred on their mean log ratio."""
+    drift = [0.0, 0.3, -0.2, 0.1, 0.2, -0.1, 0.0, 0.25]
+    longer = _in_rounds(2.0, drift, [0.01, -0.01, 0.02, 0.0, 0.3, 0.3, 0.3, 0.3], seed=1)
+    shorter = _in_rounds(1.0, drift[:4], [0.0, 0.01, 0.0, -0.01], seed=2)
+    for ratio, sign in ((longer / shorter, 1), (shorter / longer, -1)):
+        assert ratio.method == stats.METHOD_PAIRED and sorted(ratio.blocks) == [1, 2, 3, 4]
+        logs = [sign * (longer.blocks[k] - shorter.blocks[k]) for k in range(1, 5)]
+        assert ratio.value == pytest.approx(float(np.exp(np.mean(logs))))
+    # the later rounds of the longer side (30 % apart) do not enter the ratio
+    assert (longer / shorter).value == pytest.approx(2.0, rel=0.02)
+
+
+def test_a_quantity_names_the_points_it_was_computed_from() -> None:
+    """Provenance: every way a claim combines rows keeps the points of all its parts."""
+    shared = [0.0, 0.3, -0.2, 0.1]
+    a, b, c = (stats.from_points(_in_rounds(r, shared, [0.01 * i, 0.0, -0.01, 0.02], seed=i),
+                                 frozenset({f"variant={n}"}))
+               for i, (r, n) in enumerate(((2.0, "a"), (1.0, "b"), (1.5, "c")), 1))
+    assert (a / b).points == {"variant=a", "variant=b"}
+    assert (a * 3).points == (2.0 / a).points == {"variant=a"}
+    everything = {"variant=a", "variant=b", "variant=c"}
+    assert stats.reduce([a / b, c / b], np.max).points == everything
+    assert stats.reduce([a / b, c / b], np.median).points == everything
+    assert stats.geometric_mean([a / b, c / b]).points == everything
+    assert (stats.reduce([a, c], np.max) / b).points == everything
+    count = stats.from_points(stats.poisson_rate(3, 100.0), frozenset({"variant=d"}))
+    assert (count / a).points == {"variant=a", "variant=d"}
 
 
 def _blocks(ratio: float, spread: float, n: int = 5) -> stats.Estimate:

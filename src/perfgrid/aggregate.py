@@ -98,7 +98,18 @@ def rate_estimate(row: Any) -> stats.Estimate:
     rounds = row.get("process_rounds")
     rounds = json.loads(rounds) if isinstance(rounds, str) and rounds else None
     work = float(row["work_per_loop"])
-    return stats.rate(groups, work, seed=_row_seed(row), rounds=rounds)
+    return stats.from_points(stats.rate(groups, work, seed=_row_seed(row), rounds=rounds),
+                             point_of(row))
+
+
+def point_of(row: Any) -> frozenset[str]:
+    """The grid point a table row measured (``Experiment.point_key``), as a quantity's
+    provenance; none for a row that names no experiment of the registry (hand-made)."""
+    try:
+        experiment = experiments.get(str(row.get("experiment")))
+        return frozenset({experiment.point_key(row)})
+    except (KeyError, ValueError, AttributeError):
+        return frozenset()
 
 
 #: how far a table's ``rate`` may be from the one its raw values give (CSV round trips)

@@ -333,8 +333,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="the looks this point's claims are judged at (perfgrid.looks), "
                              "recorded for the claims' interval level")
     parser.add_argument("--look", default=None,
-                        help="the look this round waits for: if it stopped the claims, the "
-                             "round is not measured and --result says so")
+                        help="the look this round waits for: if no claim it left open "
+                             "compares this point, the round is not measured and --result "
+                             "says so")
     parser.add_argument("--batch", action="store_true",
                         help="(internal) one batch: a plain pyperf run written to --output")
     args = runner.parse_args(argv)
@@ -369,7 +370,11 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("--target-ci needs --max-seconds (a hard cap)")
     if args.look:
         record = looks.read(args.look)
-        if record.get("stop"):
+        if not looks.measures(record, experiment.point_key(point)):
+            if not record.get("stop"):
+                record = {**record, "why": (
+                    f"after {record.get('blocks')} rounds every claim comparing this point "
+                    f"was decided, or could not be decided by round {record.get('cap')}")}
             looks.write_not_measured(args.result, args.look, record)
             print(f"perfgrid: not measured: {record.get('why', '')}", file=sys.stderr)
             return

@@ -31,7 +31,7 @@ def _look(args: argparse.Namespace) -> None:
 
     previous = looks.read(args.previous) if args.previous else None
     record = judge(args.experiment, args.results, args.blocks, args.looks, args.cap,
-                         previous)
+                   previous, args.at)
     write_json(args.output, record)
     print(f"{args.experiment}: {record['why']} -> {args.output}")
 
@@ -231,6 +231,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--looks", type=int, required=True, help="the looks planned in all")
     p.add_argument("--cap", type=int, required=True, help="the claim points' last round")
     p.add_argument("--previous", help="the look before this one, if any")
+    p.add_argument("--at", type=int, default=None,
+                   help="which look this is (1-based), for its level; default: the last")
     p.set_defaults(func=_look)
 
     p = sub.add_parser("plots", help="draw an experiment's figures from its table")

@@ -68,7 +68,8 @@ def planned(jobs: list[Job], shuffle: bool, seed: int, draws: int = DRAWS,
     only the points claims compare get rounds) is assigned to one phase by the
     seed (sorted: the first), so that every phase carries an even share of the
     grid; a point of fewer rounds (another experiment's claims) has them spread
-    evenly over the phases, first to last (:func:`_phase`).
+    evenly over the phases, first to last (:func:`_phase`), as its claim group's most
+    rounds where it has a group, so a point kept to fewer rounds stays beside its group.
     Inside each phase the jobs are permuted with a generator seeded by
     ``(seed, phase)`` (the best balanced of ``draws`` permutations), or kept
     sorted. Jobs for which ``block`` gives the same key (not None) stay together
@@ -88,8 +89,9 @@ def planned(jobs: list[Job], shuffle: bool, seed: int, draws: int = DRAWS,
         for phase, share in enumerate(np.array_split(rng.permutation(len(once)), phases), 1):
             for i in share:
                 start_of[once[i]] = phase
+    spread = _spread_over(jobs, rounds_of, block, group)
     phase_of = {id(job): _phase(start_of[_point_key(job)], job.round,
-                                rounds_of[_point_key(job)], phases) for job in jobs}
+                                spread[_point_key(job)], phases) for job in jobs}
     out = []
     for phase in range(1, phases + 1):
         in_phase = [job for job in jobs if phase_of[id(job)] == phase]
@@ -101,6 +103,25 @@ def planned(jobs: list[Job], shuffle: bool, seed: int, draws: int = DRAWS,
             in_phase = [in_phase[i] for i in best]
         out.extend(in_phase)
     return out
+
+
+def _spread_over(jobs: list[Job], rounds_of: dict[tuple[str, str], int],
+                 block: Callable[[Job], Hashable | None] | None,
+                 group: Callable[[Job], Hashable | None] | None) -> dict[tuple[str, str], int]:
+    """The rounds a point's rounds are spread as: its own, or in a claim group, the most
+    any point of the group has, so that a point kept to fewer rounds (a costly one) runs
+    its round r beside its group's round r, not apart from it."""
+    spread = dict(rounds_of)
+    if block is None or group is None:
+        return spread
+    keyed = [(job, (job.experiment, group(job))) for job in jobs if block(job) is not None]
+    keyed = [(job, key) for job, key in keyed if key[1] is not None]
+    most: dict[tuple[str, Hashable], int] = {}
+    for job, key in keyed:
+        most[key] = max(most.get(key, 0), rounds_of[_point_key(job)])
+    for job, key in keyed:
+        spread[_point_key(job)] = most[key]
+    return spread
 
 
 def _phase(start: int, round_: int, rounds: int, phases: int) -> int:

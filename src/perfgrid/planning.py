@@ -63,11 +63,11 @@ def measure_args(cfg: dict[str, Any], experiment: str,
     if point is not None and (mode == "all" or (
             mode == "claims" and experiments.get(experiment).counted_by_default(point))):
         args.append("--counters")
-    if point is not None and experiments.get(experiment).used_by_claims(point):
-        looks = looks_of(cfg, experiment)
-        if looks > 1:  # recorded, so the claims decide at the looks' level
-            args += ["--looks", str(looks)]
     rounds = int(measure.get("rounds") or 1)  # rounds_of(cfg, experiment, point)
+    if point is not None and experiments.get(experiment).used_by_claims(point):
+        looks = looks_of(cfg, experiment, rounds)
+        if looks > 1:  # recorded, so the claims decide at the looks' levels
+            args += ["--looks", str(looks)]
     if measure.get("target_ci") is not None:
         args += ["--target-ci", f"{measure['target_ci'] * math.sqrt(rounds):.6g}"]
     if measure.get("max_seconds") is not None:

@@ -48,7 +48,7 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from scipy import special as _sp  # not scipy.stats: every harness manager imports this module
@@ -114,6 +114,9 @@ class Estimate:
     reduced: str = field(default="", compare=False)
     #: the index of the row a best-of chose (:func:`reduce`), where it chose one
     chosen: int | None = field(default=None, compare=False)
+    #: the grid points it was computed from (``Experiment.point_key``): a claim names the
+    #: points it compares by its quantity's, and a look measures only those of open claims
+    points: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
     # -- construction -------------------------------------------------------
     @classmethod
@@ -156,7 +159,8 @@ class Estimate:
         scale that is not positive (no log) leaves no blocks to pair."""
         blocks = None if self.blocks is None or not np.isfinite(shift) else {
             k: sign * v + shift for k, v in self.blocks.items()}
-        return Estimate(value, dev, self.df, self.method, self.reason, blocks, self.reduced)
+        return Estimate(value, dev, self.df, self.method, self.reason, blocks, self.reduced,
+                        points=self.points)
 
     def __mul__(self, other: float | Estimate) -> Estimate:
         if isinstance(other, Bounds):
@@ -199,6 +203,20 @@ def _log(k: float) -> float:
     return float(np.log(k)) if k > 0 else float("nan")
 
 
+def points_of(*parts: Any) -> frozenset[str]:
+    """The grid points behind all of ``parts`` (estimates, bounds; others have none)."""
+    return frozenset().union(*(getattr(p, "points", frozenset()) for p in parts))
+
+
+def from_points(quantity: Q, points: frozenset[str]) -> Q:
+    """``quantity`` computed from ``points`` (its own kept): provenance, nothing else."""
+    points = frozenset(points) | points_of(quantity)
+    if isinstance(quantity, Estimate):
+        return dataclasses.replace(quantity, points=points)
+    quantity.points = points
+    return quantity
+
+
 def _satterthwaite(parts: Sequence[Estimate]) -> float:
     num = sum(p.var for p in parts) ** 2
     den = sum(p.var ** 2 / p.df for p in parts if np.isfinite(p.df))
@@ -213,12 +231,29 @@ def _combine(a: Estimate, b: Estimate, sign: int) -> Estimate:
     """``a * b`` (sign +1) or ``a / b`` (sign -1): paired block by block where both were
     measured in the same two or more blocks, else as independently measured estimates."""
     value = a.value * b.value if sign > 0 else a.value / b.value
+    points = points_of(a, b)
     if not (a.has_interval and b.has_interval):
-        return Estimate.unknown(value, _no_interval([a, b]))
+        return from_points(Estimate.unknown(value, _no_interval([a, b])), points)
+    reduced = "; ".join(filter(None, (a.reduced, b.reduced)))
     if a.blocks and b.blocks and len(a.blocks) >= 2 and a.blocks.keys() == b.blocks.keys():
-        return paired(value, {k: a.blocks[k] + sign * b.blocks[k] for k in a.blocks},
-                      reduced="; ".join(filter(None, (a.reduced, b.reduced))))
-    return Estimate(value, a.dev + sign * b.dev, _satterthwaite([a, b]), _method([a, b]))
+        return from_points(paired(value, {k: a.blocks[k] + sign * b.blocks[k]
+                                          for k in a.blocks}, reduced=reduced), points)
+    common = _shared_blocks(a, b)
+    if common:  # one side measured in more rounds (a look kept it): pair the shared ones
+        logs = {k: a.blocks[k] + sign * b.blocks[k] for k in common}
+        return from_points(paired(float(np.exp(np.mean(list(logs.values())))), logs,
+                                  reduced=reduced), points)
+    return Estimate(value, a.dev + sign * b.dev, _satterthwaite([a, b]), _method([a, b]),
+                    points=points)
+
+
+def _shared_blocks(a: Estimate, b: Estimate) -> list[Any] | None:
+    """The blocks two estimates share where one's are all among the other's, two or more
+    (a point whose claims a look decided stopped while another went on); else None."""
+    if not (a.blocks and b.blocks):
+        return None
+    small, large = sorted((set(a.blocks), set(b.blocks)), key=len)
+    return sorted(small, key=_label_order) if len(small) >= 2 and small <= large else None
 
 
 def paired(value: float, blocks: dict[Any, float], n_boot: int = N_BOOT,
@@ -251,6 +286,8 @@ def _method(parts: Sequence[Estimate]) -> str:
 
 
 Interval = tuple[float, float]
+#: a quantity a claim may compare: an estimate, or bounds (which :func:`from_points` keeps)
+Q = TypeVar("Q", "Estimate", "Bounds")
 
 
 class Bounds:
@@ -267,13 +304,16 @@ class Bounds:
     blocks = None
 
     def __init__(self, value: float, bounds: Callable[[float], Interval | None],
-                 method: str = METHOD_BOUNDS, reason: str = "", basis: str = "") -> None:
+                 method: str = METHOD_BOUNDS, reason: str = "", basis: str = "",
+                 points: frozenset[str] = frozenset()) -> None:
         self.value = float(value)
         self._bounds = bounds
         self.method = method
         self.reason = reason
         #: what the interval rests on, in words (:func:`basis`)
         self.basis = basis
+        #: the grid points it was computed from (as :attr:`Estimate.points`)
+        self.points = frozenset(points)
 
     def interval(self, level: float | None = None) -> Interval | None:
         if not (np.isfinite(self.value) and self.value > 0):
@@ -299,13 +339,14 @@ class Bounds:
             k = float(other)
             if flip:
                 return Bounds(k / self.value, lambda lv: _over(k, self.interval(lv)),
-                              self.method, self.reason, self.basis)
+                              self.method, self.reason, self.basis, self.points)
             return Bounds(self.value * k ** sign, lambda lv: _scale(self.interval(lv), k, sign),
-                          self.method, self.reason, self.basis)
+                          self.method, self.reason, self.basis, self.points)
         a, b = (other, self) if flip else (self, other)
         value = a.value * b.value ** sign
         if not (a.has_interval and b.has_interval):
-            return Bounds(value, lambda lv: None, METHOD_NONE, _no_interval([a, b]))
+            return Bounds(value, lambda lv: None, METHOD_NONE, _no_interval([a, b]),
+                          points=points_of(a, b))
 
         def bounds(level: float) -> Interval | None:
             split = 1 - (1 - level) / 2
@@ -316,7 +357,8 @@ class Bounds:
                 return ia[0] * ib[0], ia[1] * ib[1]
             return ia[0] / ib[1], ia[1] / ib[0]
 
-        return Bounds(value, bounds, basis="; ".join(basis(q) for q in (a, b)))
+        return Bounds(value, bounds, basis="; ".join(basis(q) for q in (a, b)),
+                      points=points_of(a, b))
 
     def __mul__(self, other: float | Estimate | Bounds) -> Bounds:
         return self._with(other, +1)
@@ -383,13 +425,14 @@ def reduce(parts: Sequence[Estimate | Bounds],
         return parts[0]
     values = np.array([p.value for p in parts])
     value = float(how(values))
+    points = points_of(*parts)
     if not all(p.has_interval for p in parts):
-        return Estimate.unknown(value, _no_interval(parts))
+        return from_points(Estimate.unknown(value, _no_interval(parts)), points)
     name = getattr(how, "__name__", "reduction").removeprefix("a").removeprefix("nan")
     k = len(parts)
     common = _common_blocks(parts)
     if name in ("max", "min") and k >= CHOOSE_FROM and common and len(common) >= 4:
-        return _chosen_on_first_blocks(parts, common, name)
+        return from_points(_chosen_on_first_blocks(parts, common, name), points)
     plain_lo, plain_hi = _ONE_ROW.get(getattr(how, "__name__", ""), (False, False))
 
     def bounds(level: float) -> Interval | None:
@@ -403,7 +446,7 @@ def reduce(parts: Sequence[Estimate | Bounds],
         return ends[0], ends[1]
 
     return Bounds(value, bounds, basis=f"{name} of {k} rows, simultaneous bounds "
-                                       f"(each row: {basis(parts[0])})")
+                                       f"(each row: {basis(parts[0])})", points=points)
 
 
 def geometric_mean(parts: Sequence[Estimate]) -> Estimate:
@@ -423,17 +466,19 @@ def geometric_mean(parts: Sequence[Estimate]) -> Estimate:
         return parts[0]
     value = float(np.exp(np.mean([np.log(p.value) if p.value > 0 else np.nan
                                   for p in parts])))
+    points = points_of(*parts)
     if not all(p.has_interval for p in parts):
-        return Estimate.unknown(value, _no_interval(parts))
+        return from_points(Estimate.unknown(value, _no_interval(parts)), points)
     k = len(parts)
     common = _common_blocks(parts)
     if common:
         blocks = {b: float(np.mean([p.blocks[b] for p in parts])) for b in common}
         centre = float(np.exp(np.mean(list(blocks.values()))))
-        return paired(centre, blocks, reduced=f"geometric mean of {k} ratios")
+        return from_points(paired(centre, blocks, reduced=f"geometric mean of {k} ratios"),
+                           points)
     dev = np.mean([p.dev for p in parts], axis=0)
     scaled = [dataclasses.replace(p, dev=p.dev / k) for p in parts]
-    return Estimate(value, dev, _satterthwaite(scaled), _method(parts))
+    return Estimate(value, dev, _satterthwaite(scaled), _method(parts), points=points)
 
 
 def _common_blocks(parts: Sequence[Estimate | Bounds]) -> list[Any] | None:

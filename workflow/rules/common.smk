@@ -288,15 +288,51 @@ def noise_memory():
 
 
 # --- looks at an experiment's claims (rules/looks.smk, perfgrid.looks) ---------------------
+def measured_rounds(experiment, jobs, after_looks):
+    """The result files of ``jobs``: with ``after_looks`` False those no look decides on,
+    else the rounds after a look that it measures, where a claim the look left open
+    compares the point (perfgrid.looks.measures). A look is a checkpoint: asking for its
+    record before it ran defers the asker (the other inputs are asked for at once), and
+    the rounds it lets go never become jobs."""
+    exp, records, out = experiments.get(experiment), {}, []
+    for job in jobs:
+        look = looks.look_before(SETTINGS, experiment, job.point, job.round)
+        if (look is not None) != after_looks:
+            continue
+        if look is not None:
+            if look not in records:
+                done = checkpoints.look.get(experiment=experiment, blocks=str(look))
+                records[look] = looks.read(done.output[0])
+            if not looks.measures(records[look], exp.point_key(job.point)):
+                continue
+        out.append(LAYOUT.raw_result(experiment, job.point, round=job.round))
+    return out
+
+
+def table_results(after_looks):
+    """Input function of a table: the experiment's results no look decides on, or
+    (``after_looks``) the rounds after its looks that they measure."""
+
+    def results(wildcards):
+        experiment = wildcards.experiment
+        if looks.looks_of(SETTINGS, experiment) < 2:
+            return [] if after_looks else list(runnable(experiment))
+        jobs = [j for j in JOBS if j.experiment == experiment]
+        return measured_rounds(experiment, jobs, after_looks)
+
+    return results
+
+
 def look_results(wildcards):
     """Input function of a look: the results of the experiment's claim points up to its
-    round, and the look before it."""
+    round (those after an earlier look where it measured them), and the look before it."""
     experiment, blocks = wildcards.experiment, int(wildcards.blocks)
     exp = experiments.get(experiment)
-    results = [LAYOUT.raw_result(experiment, job.point, round=job.round) for job in JOBS
-               if job.experiment == experiment and job.round <= blocks
-               and exp.used_by_claims(job.point)
-               and planning.rounds_of(SETTINGS, experiment, job.point) > 1]
+    jobs = [job for job in JOBS if job.experiment == experiment and job.round <= blocks
+            and exp.used_by_claims(job.point)
+            and planning.rounds_of(SETTINGS, experiment, job.point) > 1]
+    results = (measured_rounds(experiment, jobs, False)
+               + measured_rounds(experiment, jobs, True))
     earlier = [n for n in looks.schedule(SETTINGS, experiment) if n < blocks]
     previous = [str(LAYOUT.look(experiment, max(earlier)))] if earlier else []
     return {"results": results, "previous": previous,
@@ -316,4 +352,5 @@ def job_look(experiment, point, wildcards):
 def look_params(wildcards):
     """The looks planned for the experiment and its claim points' last round."""
     planned = looks.schedule(SETTINGS, wildcards.experiment)
-    return f"--looks {len(planned)} --cap {planned[-1]}"
+    at = planned.index(int(wildcards.blocks)) + 1 if int(wildcards.blocks) in planned else None
+    return f"--looks {len(planned)} --cap {planned[-1]}" + (f" --at {at}" if at else "")

@@ -1,10 +1,11 @@
 # Looks at an experiment's claims after some of its rounds (perfgrid.looks): the rounds
-# after a look are measured only while a claim is still undecided and can still be
-# decided. Only experiments with `measure.claims.looks` have them; a look waits for every
-# round before it of the experiment's claim points, and the later rounds wait for it.
+# after a look are measured only for the points of claims still undecided that can still
+# be decided. Only experiments with `measure.claims.looks` have them; a look waits for
+# every round before it of the experiment's claim points, and is a checkpoint: the table
+# (and the next look) ask for a later round only where the look left its point open.
 
 
-rule look:
+checkpoint look:
     input:
         unpack(look_results),
     output:

@@ -7,7 +7,8 @@ REPORT_CODE = sorted(f"{SRC}/report/{name}" for name in os.listdir(f"{SRC}/repor
 
 rule table:
     input:
-        results=lambda w: list(runnable(w.experiment)),
+        results=table_results(after_looks=False),
+        measured_after_looks=table_results(after_looks=True),
         code=[f"{SRC}/aggregate.py", f"{SRC}/stats.py", f"{SRC}/looks.py"],
     output:
         report(
@@ -22,7 +23,7 @@ rule table:
         CONDA_ENV
     shell:
         "python -m perfgrid.cli table {wildcards.experiment} {output:q} {input.results:q} "
-        "> {log:q} 2>&1"
+        "{input.measured_after_looks:q} > {log:q} 2>&1"
 
 
 rule plots:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import math
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass
 from types import ModuleType
 from typing import Any
@@ -61,6 +62,9 @@ class Claim:
     basis: str = ""
     #: the interval's level: 95 %, or wider where the claim is judged at several looks
     level: float = LEVEL
+    #: the grid points its quantity was computed from (``Experiment.point_key``), "; "
+    #: between them: a look measures further rounds only of open claims' points
+    points: str = ""
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -68,6 +72,11 @@ class Claim:
 
     def as_row(self) -> dict[str, str]:
         return asdict(self)
+
+    @property
+    def point_keys(self) -> tuple[str, ...]:
+        """:attr:`points` as a tuple (none: the claim does not know them)."""
+        return tuple(p for p in self.points.split("; ") if p)
 
 
 def judged(experiment: str, hypothesis: str, criterion: str, quantity: Estimate, op: str,
@@ -78,15 +87,36 @@ def judged(experiment: str, hypothesis: str, criterion: str, quantity: Estimate,
     ``measured`` shows the estimate with its interval, then ``detail``; ``why`` the
     counters that explain it (:func:`why`).
     """
-    verdict, reason = decide(quantity, op, threshold, spec, unit)
-    bounds = quantity.interval() or (math.nan, math.nan)
-    measured = quantity.show(spec, unit) + (f" {detail}" if detail else "")
-    level = current_level()
+    points = getattr(quantity, "points", frozenset())
+    with decision_level(_claim_level(points)):
+        verdict, reason = decide(quantity, op, threshold, spec, unit)
+        bounds = quantity.interval() or (math.nan, math.nan)
+        measured = quantity.show(spec, unit) + (f" {detail}" if detail else "")
+        level = current_level()
     return Claim(experiment, hypothesis, criterion, measured, verdict, runtime,
                  f"{reason}; {note}" if note else reason, float(quantity.value),
                  bounds[0], bounds[1], op, float(threshold), unit, why,
                  basis(quantity) + (f"; {level:.1%} interval (looks)" if level != LEVEL
-                                    else ""), level)
+                                    else ""), level, "; ".join(sorted(points)))
+
+
+#: how the claims being judged (:func:`claims_of`) pick their level: the looks each point
+#: passes (point key -> count) and the look being taken (1-based; None: the last)
+_LOOKS: ContextVar[tuple[dict[str, int], int | None] | None] = ContextVar(
+    "claim_looks", default=None)
+
+
+def _claim_level(points: frozenset[str]) -> float:
+    """The level a claim on ``points`` decides at: that of the most looks its points
+    pass (perfgrid.looks.level); where its points are unknown, the level set around it."""
+    from perfgrid import looks
+
+    found = _LOOKS.get()
+    if found is None or not points:
+        return current_level()
+    passes, at = found
+    count = max(passes.get(p, 1) for p in points)
+    return looks.level(count, at if at is not None and at < count else None)
 
 
 def all_of(verdicts: list[str]) -> str:
@@ -100,6 +130,19 @@ def all_of(verdicts: list[str]) -> str:
     if all(v in ("reproduced", "at the threshold") for v in verdicts):
         return "at the threshold"
     return "inconclusive"
+
+
+def points_of(claims: list[Claim]) -> str:
+    """The points of several claims (a compound claim's parts), as :attr:`Claim.points`."""
+    return "; ".join(sorted({p for c in claims for p in c.point_keys}))
+
+
+def points_of_rows(rows) -> frozenset[str]:
+    """The grid points of a table's rows (``Experiment.point_key``), for a quantity built
+    from them by hand (an exact count pooled over rows)."""
+    from perfgrid.aggregate import point_of
+
+    return frozenset().union(*(point_of(row) for _, row in rows.iterrows()))
 
 
 def inconclusive(experiment: str, hypothesis: str, criterion: str, reason: str,
@@ -273,17 +316,29 @@ def quiet(table):
         [*table.columns, *(c for r in rows for c in r.index)]))).reset_index(drop=True)
 
 
-def claims_of(name: str, table) -> list[Claim]:
+def claims_of(name: str, table, at: int | None = None) -> list[Claim]:
     """Experiment ``name``'s claims on ``table``, its noisy rounds left out (:func:`quiet`).
 
-    Claims judged at several looks (perfgrid.looks; the table's ``claims_looks``) decide
-    on intervals at the looks' level, here as at every look."""
+    Claims judged at several looks (perfgrid.looks; the table's ``claims_looks``, per
+    point) decide on intervals at the level of look ``at`` (None: the last), each claim
+    by the looks its own points pass; a claim whose points are unknown takes the most
+    any point passes."""
     from perfgrid import looks
+    from perfgrid.aggregate import point_of
 
     planned = table.get("claims_looks")
-    count = int(planned.max()) if planned is not None and planned.notna().any() else 1
-    with decision_level(looks.level(count)):
-        return module(name).claims(quiet(table))
+    passes: dict[str, int] = {}
+    if planned is not None and planned.notna().any():
+        for (_, row), count in zip(table.iterrows(), planned, strict=True):
+            if count == count:  # not NaN
+                passes.update(dict.fromkeys(point_of(row), int(count)))
+    most = max(passes.values(), default=1)
+    token = _LOOKS.set((passes, at))
+    try:
+        with decision_level(looks.level(most, at if at is not None and at < most else None)):
+            return module(name).claims(quiet(table))
+    finally:
+        _LOOKS.reset(token)
 
 
 def plot_setup(table) -> list[str]:
@@ -477,7 +532,8 @@ def observed_estimate(row, key, seed: int | None = None) -> Estimate:
     """
     import json
 
-    from perfgrid.stats import mean_estimate, seed_for
+    from perfgrid.aggregate import point_of
+    from perfgrid.stats import from_points, mean_estimate, seed_for
 
     name = key if isinstance(key, str) else getattr(key, "__name__", "derived")
     try:  # the row's own figure, shown where no interval can be had
@@ -508,4 +564,5 @@ def observed_estimate(row, key, seed: int | None = None) -> Estimate:
     rounds = json.loads(labels) if isinstance(labels, str) and labels else None
     if rounds is not None and len(rounds) != len(values):
         rounds = None
-    return mean_estimate([[v] for v in values], seed=seed, rounds=rounds)
+    return from_points(mean_estimate([[v] for v in values], seed=seed, rounds=rounds),
+                       point_of(row))

@@ -22,12 +22,14 @@ FUTILE = 0.2
 DECIDED = ("reproduced", "not reproduced", "at the threshold")
 
 
-def conditional_power(claim: Any, blocks: int, cap: int) -> float:
+def conditional_power(claim: Any, blocks: int, cap: int,
+                      final: float | None = None) -> float:
     """The chance that ``claim``'s interval at ``cap`` blocks lies wholly on one side of its
     threshold, if its estimate and per-block spread stay as they are now at ``blocks``.
 
     On the log scale the half-width shrinks as ``t(cap - 1) / t(blocks - 1) *
-    sqrt(blocks / cap)``; NaN where the claim has no interval or no positive threshold.
+    sqrt(blocks / cap)``, the t at the cap taken at the ``final`` look's level (default:
+    the claim's own); NaN where the claim has no interval or no positive threshold.
     """
     from scipy import stats as scipy_stats
 
@@ -37,8 +39,9 @@ def conditional_power(claim: Any, blocks: int, cap: int) -> float:
             or blocks < 2 or cap <= blocks:
         return math.nan
     tail = (1 - level_of(claim)) / 2
+    tail_cap = (1 - final) / 2 if final else tail
     t_now = float(scipy_stats.t.ppf(1 - tail, blocks - 1))
-    t_cap = float(scipy_stats.t.ppf(1 - tail, cap - 1))
+    t_cap = float(scipy_stats.t.ppf(1 - tail_cap, cap - 1))
     half_now = (math.log(high) - math.log(low)) / 2
     half_cap = half_now * t_cap / t_now * math.sqrt(blocks / cap)
     if half_cap <= 0:
@@ -53,26 +56,54 @@ def level_of(claim: Any) -> float:
     return float(found) if found and math.isfinite(float(found)) else 1 - looks.ALPHA
 
 
+def _growing(table: Any, at: int | None) -> set[str]:
+    """The points measured in rounds after look ``at``: those that pass more looks (the
+    table's ``claims_looks``); a claim on none of them has all its data already."""
+    from perfgrid.aggregate import point_of
+
+    planned = table.get("claims_looks") if at is not None else None
+    if planned is None:
+        return set()
+    return {key for (_, row), count in zip(table.iterrows(), planned, strict=True)
+            if count == count and int(count) > at for key in point_of(row)}
+
+
 def judge(experiment: str, results: Sequence[str | Path], blocks: int, planned: int,
-          cap: int, previous: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The record of one look: each claim's reading on the rounds measured so far, and
-    whether the rounds after this look are measured (``stop``) and why."""
+          cap: int, previous: dict[str, Any] | None = None,
+          at: int | None = None) -> dict[str, Any]:
+    """The record of one look (look ``at`` of ``planned``, 1-based): each claim's reading
+    on the rounds measured so far; whether the rounds after this look are measured
+    (``stop``) and why; and the points of the claims it leaves open (``open_points``),
+    the only ones the later rounds measure (perfgrid.looks.measures)."""
     base = {"experiment": experiment, "blocks": blocks, "looks": planned, "cap": cap,
-            "level": looks.level(planned)}
+            "at": at, "level": looks.level(planned, at)}
     if previous is not None and previous.get("stop"):
         return {**base, "stop": True, "stopped_at": previous["stopped_at"],
-                "why": previous["why"], "claims": previous.get("claims", [])}
+                "why": previous["why"], "claims": previous.get("claims", []),
+                "open_points": []}
     table = aggregate.build_table(experiment, looks.measured(results))
-    claims = claims_of(experiment, table)
+    claims = claims_of(experiment, table, at)
+    final = looks.level(planned)
+    growing = _growing(table, at)
     rows = []
     for claim in claims:
-        power = conditional_power(claim, blocks, cap)
+        power = conditional_power(claim, blocks, cap, final)
+        named = list(claim.point_keys)
         rows.append({"hypothesis": claim.hypothesis, "runtime": claim.runtime,
                      "verdict": claim.verdict, "measured": claim.measured,
+                     "level": claim.level, "points": named,
                      "conditional_power": None if math.isnan(power) else round(power, 4),
                      "holds": claim.verdict not in DECIDED and not (
-                         math.isnan(power) or power < FUTILE)})
+                         math.isnan(power) or power < FUTILE)
+                     and (not named or bool(growing & set(named)))})
     holding = [r for r in rows if r["holds"]]
+    # a claim that cannot name its points holds every point of the experiment's claims
+    base["open_unnamed"] = any(not r["points"] for r in holding)
+    opened = {p for r in holding for p in r["points"]}
+    if previous is not None and previous.get("open_points") is not None \
+            and not previous.get("open_unnamed"):  # a point a look let go stays let go
+        opened &= set(previous["open_points"])
+    base["open_points"] = sorted(opened)
     stop = not holding
     if stop:
         decided = sum(r["verdict"] in DECIDED for r in rows)

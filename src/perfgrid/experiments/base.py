@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import shutil
 import sys
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -289,12 +289,24 @@ class Experiment:
                     ratio[idx] = row["rate"] / best[key]
         return ratio
 
+    def point_key(self, point: Mapping[str, Any]) -> str:
+        """The name of a grid point, the same from a job's point and from its table row
+        (``variant=dd/cache=warm/...``): what a claim's quantity lists as its points."""
+        return "/".join(f"{a}={_axis_text(point.get(a))}" for a in self.axes)
+
     def parse_point(self, raw: dict[str, str]) -> Point:
         """Typed point from the strings of wildcards or the command line."""
         missing = [a for a in self.axes if a not in raw]
         if missing:
             raise ValueError(f"{self.name}: point lacks axes {missing}")
         return {a: int(raw[a]) if a in self.int_axes else str(raw[a]) for a in self.axes}
+
+
+def _axis_text(value: Any) -> str:
+    """An axis value as text: 1048576 whether it was read as an int or a float."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 def matches_any(point: Point, patterns: tuple[dict[str, Any], ...]) -> bool:

@@ -65,8 +65,14 @@ def look_notes(layout: Layout, experiment: str) -> list[str]:
         fresh = record.get("stopped_at") in (None, record["blocks"])
         if record["stop"] and not fresh:
             continue  # a later look that only passed an earlier stop on
-        outcome = ("the later rounds were not measured" if record["stop"]
-                   else "the next rounds were measured")
+        open_points = record.get("open_points")
+        if record["stop"]:
+            outcome = "the later rounds were not measured"
+        elif open_points is None or record.get("open_unnamed"):
+            outcome = "the next rounds were measured"
+        else:
+            outcome = (f"the next rounds were measured at the {len(open_points)} points "
+                       f"those claims compare")
         lines.append(f"Claims judged at look {record['blocks']} of {record['cap']} rounds "
                      f"({record['looks']} looks, intervals at {record['level']:.1%}): "
                      f"{record['why']}; {outcome}.")

@@ -46,6 +46,10 @@ NATIVE = ("dd", "fio")
 ERLANG = {"erlang_read": "read", "erlang_whole": "whole", "erlang_pread_parallel": "pread"}
 #: keys of the ``erlang`` sub-section that replace the section's lists for the Erlang variants
 ERLANG_KEYS = ("block_sizes", "parallel_block_sizes", "workers", "bindings", "caches")
+#: the 1 KiB block size, and the rounds Erlang's reads of it keep to (~30 s a round): a
+#: look adds rounds to cheaper points only (perfgrid.looks)
+SMALL = 1024
+SMALL_ERLANG_ROUNDS = 5
 #: dirty I/O schedulers run the raw file calls since OTP 21 (the default is 10); the
 #: parallel readers get at least one each
 DIRTY_IO = 10
@@ -243,6 +247,12 @@ class FileRead(Experiment):
         {"variant": "dd", "cache": "warm", "binding": "none", "workers": 1,
          "block_size": 1 << 20}, 1)
 
+    def claim_rounds(self, point: Point, rounds: int) -> int:
+        """Erlang's 1 KiB reads take ~30 s a round: at most SMALL_ERLANG_ROUNDS rounds."""
+        if point["variant"] == "erlang_read" and point["block_size"] == SMALL:
+            return min(rounds, SMALL_ERLANG_ROUNDS)
+        return rounds
+
     def claim_group(self, point: Point) -> Hashable | None:
         """The points one claim compares run back to back: dd, readinto (aligned or not)
         and two parallel readers at 1 MiB; read at 1 KiB and 1 MiB; erlang_read likewise.
@@ -256,13 +266,16 @@ class FileRead(Experiment):
     def points(self, section: dict[str, Any], config: dict[str, Any]) -> list[Point]:
         """Single readers by block size, ``whole`` once, parallel readers by block
         size x workers x binding, each by cache state; the Erlang variants take
-        the lists of the ``erlang`` sub-section where it sets them."""
+        the lists of the ``erlang`` sub-section where it sets them, the cold-cache rows
+        those of the ``cold`` sub-section."""
         out: list[Point] = []
         size = config["testfile"]["size_bytes"]
         erlang_lists = {**section, **(section.get("erlang") or {})}
         for variant in section["variants"]:
-            lists = erlang_lists if variant in ERLANG else section
-            for cache in lists["caches"]:
+            by_variant = erlang_lists if variant in ERLANG else section
+            for cache in by_variant["caches"]:
+                lists = ({**by_variant, **(section.get("cold") or {})} if cache == "cold"
+                         else by_variant)
                 if variant in WHOLE:
                     out.append(self._point(variant, cache, "none", 1, size))
                 elif variant in SINGLE:

@@ -22,6 +22,7 @@ from perfgrid.analysis import (
     median_of,
     observed_estimate,
     plot_setup,
+    points_of,
     rate_at,
     rate_estimates,
     save,
@@ -160,7 +161,7 @@ def _all_of(parts: list[Claim], measured: str) -> Claim:
                  first.runtime, "; ".join(f"part {i + 1}: {c.reason}"
                                            for i, c in enumerate(parts)),
                  first.value, first.ci_low, first.ci_high, first.op, first.threshold,
-                 first.unit, level=first.level)
+                 first.unit, level=first.level, points=points_of(parts))
 
 
 def claims(table: pd.DataFrame) -> list[Claim]:

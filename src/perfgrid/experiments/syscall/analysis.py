@@ -21,6 +21,8 @@ from perfgrid.analysis import (
     observed_estimate,
     palette_for,
     plot_setup,
+    points_of,
+    points_of_rows,
     rate_at,
     save,
     why,
@@ -31,6 +33,7 @@ from perfgrid.stats import (
     Counted,
     Estimate,
     binomial_share,
+    from_points,
     poisson_rate,
     reduce,
 )
@@ -155,6 +158,7 @@ def _both(sides: list[Claim], measured: str) -> Claim:
     rank = {"not reproduced": 0, "inconclusive": 1, "at the threshold": 2, "reproduced": 3}
     weakest = min(sides, key=lambda c: rank[c.verdict])
     return replace(weakest, verdict=all_of([c.verdict for c in sides]), measured=measured,
+                   points=points_of(sides),
                    reason="; ".join(f"{side}: {c.reason}" for side, c in
                                     zip(("clock_gettime", "getuid"), sides, strict=True)))
 
@@ -246,8 +250,9 @@ def _count_of(rows: pd.DataFrame) -> tuple[Counted | None, str]:
                        if part.startswith(f"{SYSCALL_EVENT}:")]
         return None, unsupported[0] if unsupported else f"{SYSCALL_EVENT} not counted"
     events = int(sum(round(c * u) for c, u in zip(per_call[ok], units[ok], strict=True)))
-    return poisson_rate(events, float(units[ok].sum()),
-                        allowance=STARTUP_SYSCALLS * int(ok.sum())), ""
+    count = poisson_rate(events, float(units[ok].sum()),
+                         allowance=STARTUP_SYSCALLS * int(ok.sum()))
+    return from_points(count, points_of_rows(counted[ok])), ""
 
 
 def _counted_calls(count: Counted) -> str:
@@ -283,7 +288,7 @@ def tick_share(row: pd.Series, key) -> Estimate | Bounds:
         return estimate
     basis = (f"{name} exactly {share:g} in every process, over >= {ticks:,} clock ticks "
              f"({cpu_s:.3g} CPU-s at >= {MIN_TICKS_PER_S} Hz): a one-sided bound")
-    return binomial_share(ticks if share else 0, ticks, basis)
+    return from_points(binomial_share(ticks if share else 0, ticks, basis), estimate.points)
 
 
 def _shares(clock: pd.DataFrame, uid: pd.DataFrame, hyp: str, why_not: str) -> Claim:
