@@ -289,8 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     wanted = render(text)
     if args.check:
         if wanted != text:
-            print(f"{args.readme}: the key tables are out of step with the schema; "
-                  f"run {COMMAND}", file=sys.stderr)
+            print(f"{args.readme}: the key tables are out of step with the schema (or "
+                  f"a new experiment's section is missing); run {COMMAND}", file=sys.stderr)
             return 1
         return 0
     if wanted != text:
