@@ -35,8 +35,9 @@ lint: setup
 	$(BIN)/ruff check src tests
 	$(BIN)/snakemake --lint
 
-# config/README.md's key tables, written again from the experiments' schema.yaml
-# (perfgrid.configdoc; tests/test_config_readme.py holds them in step)
+# config/README.md's key tables, written again from the fixtures' and experiments' schema
+# files, and a new experiment's section added (perfgrid.configdoc;
+# tests/test_config_readme.py holds them in step)
 config-doc: $(VENV)/.installed
 	$(BIN)/python -m perfgrid.configdoc
 

@@ -113,6 +113,17 @@ def test_machine_json_names_the_tools_an_experiment_declares():
     assert experiments.get("syscall").tools() == {}
 
 
+def test_machine_json_names_the_packages_experiments_declare_each_once():
+    """machine.json's packages: perfgrid's own, then those experiments declare (uvloop, by
+    timers, ring and http), from the registry's one list."""
+    from perfgrid import machine
+
+    assert [n for n in experiments.available() if experiments.get(n).packages] == [
+        "timers", "ring", "http"]
+    assert experiments.packages() == ("uvloop",)
+    assert machine.packages() == (*machine.PACKAGES, "uvloop")
+
+
 # --- shared code names no experiment ----------------------------------------------------
 
 #: words of an experiment's vocabulary that shared code may still use, each for its reason

@@ -19,6 +19,7 @@ from perfgrid import (
     config_errors,
     configschema,
     experiments,
+    fixtures,
     jobs,
     planning,
     settings,
@@ -209,6 +210,46 @@ def test_a_missing_or_clashing_schema_yaml_stops_the_schema_naming_its_file(
     if section is not None:
         (more_modules / "pg_extra" / "schema.yaml").write_text(section)
     with pytest.raises(configschema.SchemaError, match=message):
+        configschema.schema()
+
+
+def test_a_fixtures_schema_file_is_its_section_after_the_shared_keys():
+    """A fixture's config section comes from its own schema file, not the shared one, and
+    stands after the shared keys and before the experiments' sections."""
+    schema = configschema.schema()
+    shared = yaml.safe_load(configschema.SHARED.read_text())
+    names = [f.name for f in fixtures.all_kinds()]
+    assert names == ["testfile"]
+    assert not set(names) & set(shared["properties"])
+    assert configschema.sections() == [*names, *experiments.available()]
+    assert list(schema["properties"]) == [*shared["properties"], *names,
+                                          *experiments.available()]
+    for kind in fixtures.all_kinds():
+        assert configschema.fragment_path(kind.name) == kind.schema_file
+        assert kind.schema_file.parent == PACKAGE
+        section = yaml.safe_load(kind.schema_file.read_text())
+        section.pop("$defs", None)
+        assert schema["properties"][kind.name] == section
+
+
+def test_a_fixture_named_like_a_shared_key_or_an_experiment_stops_the_schema(
+        more_modules, monkeypatch, tmp_path):
+    class Clashing:
+        name = "noise"
+        schema_file = tmp_path / "noise.schema.yaml"
+
+    Clashing.schema_file.write_text("type: object\n")
+    monkeypatch.setattr(fixtures, "all_kinds", lambda: [Clashing()])
+    configschema._assembled.cache_clear()
+    with pytest.raises(configschema.SchemaError,
+                       match=r"noise\.schema\.yaml: fixture noise takes the name of the "
+                             r"shared key 'noise' of .*config\.schema\.yaml"):
+        configschema.schema()
+    Clashing.name = "ring"
+    configschema._assembled.cache_clear()
+    with pytest.raises(configschema.SchemaError,
+                       match=r"ring/schema\.yaml: experiment ring takes the name of fixture "
+                             r"ring \(.*noise\.schema\.yaml\)"):
         configschema.schema()
 
 

@@ -1,12 +1,14 @@
-"""The config schema, assembled: the shared part and each experiment's section.
+"""The config schema, assembled: the shared part, each fixture's section and each
+experiment's.
 
 ``workflow/schemas/config.schema.yaml`` holds the keys every run shares and the
 definitions (``$defs``) sections share (``measure``, ``workers``, ``runtimes``, ...);
-each experiment's package holds its own section's JSON schema (``schema.yaml``, with
-definitions of its own). The whole schema is that file with each registered
-experiment's section added to its ``properties`` in report order, their definitions
-added to its ``$defs``, and the ``experiments`` enum set to the registry's names, so
-adding an experiment edits no shared schema.
+each fixture (perfgrid.fixtures) holds its own section's JSON schema in a file beside its
+module (``Fixture.schema_file``), and each experiment's package its own
+(``schema.yaml``, with definitions of its own). The whole schema is that file with each
+fixture's section, then each registered experiment's in report order, added to its
+``properties``, their definitions added to its ``$defs``, and the ``experiments`` enum
+set to the registry's names, so adding an experiment or a fixture edits no shared schema.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from perfgrid import experiments
+from perfgrid import experiments, fixtures
 from perfgrid.experiments.base import SCHEMA_FILE
 from perfgrid.paths import REPO
 
@@ -30,7 +32,7 @@ SHARED = REPO / "workflow" / "schemas" / "config.schema.yaml"
 
 
 class SchemaError(RuntimeError):
-    """An experiment's schema fragment missing, unreadable, or clashing with another."""
+    """A section's schema fragment missing, unreadable, or clashing with another."""
 
 
 def _load(path: Path) -> Any:
@@ -42,46 +44,75 @@ def _load(path: Path) -> Any:
     return yaml.load(path.read_text(), Loader=loader)
 
 
+def _sources() -> list[tuple[str, str, Path]]:
+    """(whose, section name, schema file) of every section with a file of its own, in the
+    schema's order: each fixture's (``fixture testfile``), then each experiment's."""
+    return [*((f"fixture {f.name}", f.name, f.schema_file) for f in fixtures.all_kinds()),
+            *((f"experiment {name}", name, experiments.get(name).folder() / SCHEMA_FILE)
+              for name in experiments.available())]
+
+
+def sections() -> list[str]:
+    """The config sections with a schema file of their own, in the schema's order: each
+    fixture's, then each experiment's in report order."""
+    return [name for _, name, _ in _sources()]
+
+
+def _source(name: str) -> tuple[str, str, Path]:
+    for whose, section, path in _sources():
+        if section == name:
+            return whose, section, path
+    raise KeyError(f"no config section {name!r} with a schema file; known: {sections()}")
+
+
 def fragment_path(name: str) -> Path:
-    """Where experiment ``name``'s section schema lies: ``schema.yaml`` in its package."""
-    return experiments.get(name).folder() / SCHEMA_FILE
+    """Where section ``name``'s schema lies: a fixture's ``schema_file``, an experiment's
+    ``schema.yaml`` in its package."""
+    return _source(name)[2]
 
 
-def fragment(name: str) -> dict[str, Any]:
-    """Experiment ``name``'s section schema as written (its own ``$defs`` still in it)."""
+def _read(whose: str, name: str, path: Path) -> dict[str, Any]:
     import yaml
 
-    path = fragment_path(name)
     try:
         found = _load(path)
     except (OSError, yaml.YAMLError) as err:
-        raise SchemaError(f"{path}: the config section of experiment {name} cannot be "
-                          f"read ({type(err).__name__}: {err}); every experiment's "
-                          f"package holds one (docs/adding-an-experiment.md)") from err
+        holder = ("every experiment's package holds one (docs/adding-an-experiment.md)"
+                  if whose.startswith("experiment") else "its schema_file (perfgrid.fixtures)")
+        raise SchemaError(f"{path}: the config section of {whose} cannot be read "
+                          f"({type(err).__name__}: {err}); {holder}") from err
     if not isinstance(found, dict) or found.get("type") != "object":
         raise SchemaError(f"{path}: a {type(found).__name__}; allowed: the JSON schema "
                           f"of the config section {name} (type: object)")
     return found
 
 
+def fragment(name: str) -> dict[str, Any]:
+    """Section ``name``'s schema as written (its own ``$defs`` still in it)."""
+    return _read(*_source(name))
+
+
 @functools.cache
 def _assembled() -> dict[str, Any]:
     schema = _load(SHARED)
-    names = experiments.available()
-    schema["properties"]["experiments"]["items"]["enum"] = list(names)
+    schema["properties"]["experiments"]["items"]["enum"] = list(experiments.available())
     defs = schema.setdefault("$defs", {})
-    for name in names:
-        section = fragment(name)
-        if name in schema["properties"]:
-            raise SchemaError(f"{fragment_path(name)}: experiment {name} takes the name of "
-                              f"the shared key {name!r} of {SHARED}; allowed: another name")
+    taken = {key: f"the shared key {key!r} of {SHARED}" for key in schema["properties"]}
+    # fixtures' sections before the experiments': validation meets them in this order,
+    # and the first error it meets is the one reported
+    for whose, name, path in _sources():
+        section = _read(whose, name, path)
+        if name in taken:
+            raise SchemaError(f"{path}: {whose} takes the name of {taken[name]}; allowed: "
+                              f"another name")
         for key, definition in section.pop("$defs", {}).items():
             if key in defs:
-                raise SchemaError(f"{fragment_path(name)}: $defs.{key} is defined already "
-                                  f"(in {SHARED} or another experiment's schema.yaml); "
-                                  f"allowed: a name of its own, e.g. {name}_{key}")
+                raise SchemaError(f"{path}: $defs.{key} is defined already (in {SHARED} or "
+                                  f"another section's schema file); allowed: a name of its "
+                                  f"own, e.g. {name}_{key}")
             defs[key] = definition
         schema["properties"][name] = section
+        taken[name] = f"{whose} ({path})"
     return schema
 
 

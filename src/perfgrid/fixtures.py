@@ -3,11 +3,12 @@
 An experiment names the fixtures its jobs read (:attr:`Experiment.fixtures`), as a
 benchopt solver names its datasets; shared code asks :func:`needed` which ones the
 enabled experiments need and handles each alike: its config section (the top-level key
-of its name), its file (by default in the result set's data folder), the rule of its
-name that makes the file or checks the one there and writes a ready note the jobs wait
-for, its sidecar facts (``<path>.json``) that the report states, and its file system
-that machine.json records. One kind exists today: the random test file
-(:mod:`perfgrid.testfile`).
+of its name; its JSON schema, :attr:`Fixture.schema_file`, joins the config schema as an
+experiment's ``schema.yaml`` does), its file (by default in the result set's data
+folder), the rule of its name that makes the file or checks the one there and writes a
+ready note the jobs wait for, its sidecar facts (``<path>.json``) that the report
+states, and its file system that machine.json records. One kind exists today: the
+random test file (:mod:`perfgrid.testfile`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ class Fixture(Protocol):
     provenance_key: ClassVar[str]
     #: what ``perfgrid <name>`` does (its command-line help)
     help: ClassVar[str]
+    #: its config section's JSON schema (YAML), the one place its keys are described
+    schema_file: ClassVar[Path]
 
     def settle(self, section: dict[str, Any], default_path: Path) -> None:
         """Fill in its section's derived values, ``path`` among them; raise ValueError."""

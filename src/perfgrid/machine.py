@@ -39,8 +39,7 @@ def packages() -> tuple[str, ...]:
     experiments declare (``Experiment.packages``), each once."""
     from perfgrid import experiments
 
-    declared = [p for name in experiments.available() for p in experiments.get(name).packages]
-    return tuple(dict.fromkeys([*PACKAGES, *declared]))
+    return tuple(dict.fromkeys([*PACKAGES, *experiments.packages()]))
 
 
 def _versions() -> dict[str, str | None]:

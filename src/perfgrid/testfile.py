@@ -324,6 +324,7 @@ class TestFile:
     provenance_key = "test_file"
     help = ("write the random test file and its sidecar JSON, or check the one perfgrid "
             "wrote there before")
+    schema_file = Path(__file__).with_name("testfile.schema.yaml")
 
     def settle(self, section: dict[str, Any], default_path: Path) -> None:
         section["size_bytes"] = parse_size(section.get("size", "1GiB"), "testfile.size")

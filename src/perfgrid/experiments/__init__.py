@@ -18,7 +18,8 @@ from itertools import pairwise
 
 from perfgrid.experiments.base import Case, Experiment, Point, Tool
 
-__all__ = ["Case", "Experiment", "Point", "RegistryError", "available", "get", "tools"]
+__all__ = ["Case", "Experiment", "Point", "RegistryError", "available", "get", "packages",
+           "tools"]
 
 
 class RegistryError(RuntimeError):
@@ -46,6 +47,13 @@ def tools() -> dict[str, Tool]:
     """The installed programs the experiments' jobs run (``Experiment.tools``), by name,
     in report order: machine.json records their versions, the archive's crate names them."""
     return {key: tool for name in available() for key, tool in get(name).tools().items()}
+
+
+def packages() -> tuple[str, ...]:
+    """The Python packages the experiments' jobs import that may be missing
+    (``Experiment.packages``), each once, in report order: machine.json records their
+    versions."""
+    return tuple(dict.fromkeys(p for name in available() for p in get(name).packages))
 
 
 @functools.cache
