@@ -17,3 +17,13 @@ def test_eta_from_points_finished_in_this_run(tmp_path):
 def test_no_eta_before_the_first_point(tmp_path):
     assert eta_line([str(tmp_path / "a.json")], started=0.0) == (
         "perfgrid: 0/1 benchmark points done")
+
+
+def test_with_looks_the_total_is_an_upper_bound(tmp_path):
+    paths = [str(tmp_path / f"{i}.json") for i in range(10)]
+    for i, path in enumerate(paths[:3]):
+        open(path, "w").close()
+        os.utime(path, (1000.0 + 20 * (i + 1),) * 2)
+    assert eta_line(paths, started=1000.0, now=1060.0, at_most=True) == (
+        "perfgrid: 3 of at most 10 benchmark points done, at most about 2 min left "
+        "(looks may let later rounds go)")

@@ -9,9 +9,12 @@ import threading
 import time
 
 
-def eta_line(expected: list[str], started: float, now: float | None = None) -> str:
+def eta_line(expected: list[str], started: float, now: float | None = None,
+             at_most: bool = False) -> str:
     """``done/total benchmark points``, and an ETA from the points finished since
-    ``started`` (their mean duration times the points left)."""
+    ``started`` (their mean duration times the points left). With ``at_most`` the total
+    is an upper bound: looks (perfgrid.looks) may let later rounds go, and the ETA with
+    it."""
     now = time.time() if now is None else now
     done_before, done_now = 0, 0
     for path in expected:
@@ -25,14 +28,18 @@ def eta_line(expected: list[str], started: float, now: float | None = None) -> s
             done_before += 1
     done = done_before + done_now
     left = len(expected) - done
-    line = f"perfgrid: {done}/{len(expected)} benchmark points done"
+    total = f" of at most {len(expected)}" if at_most else f"/{len(expected)}"
+    line = f"perfgrid: {done}{total} benchmark points done"
     if left and done_now:
         per_point = (now - started) / done_now
-        line += f", about {left * per_point / 60:.0f} min left"
+        line += f", {'at most ' if at_most else ''}about {left * per_point / 60:.0f} min left"
+    if at_most:
+        line += " (looks may let later rounds go)"
     return line
 
 
-def start_reporter(expected: list[str], interval: float = 60.0) -> threading.Thread:
+def start_reporter(expected: list[str], interval: float = 60.0,
+                   at_most: bool = False) -> threading.Thread:
     """Print :func:`eta_line` to stderr every ``interval`` seconds until the run ends."""
     started = time.time()
 
@@ -40,7 +47,7 @@ def start_reporter(expected: list[str], interval: float = 60.0) -> threading.Thr
         last = ""
         while True:
             time.sleep(interval)
-            line = eta_line(expected, started)
+            line = eta_line(expected, started, at_most=at_most)
             if line != last:
                 print(line, file=sys.stderr, flush=True)
                 last = line

@@ -104,7 +104,8 @@ onstart:
                                    "cwd": os.getcwd(), "snakemake": snakemake_version,
                                    "order": SETTINGS["order"],
                                    "job_rate_limiter_stopped": quiet})
-    start_reporter([r for e in SETTINGS["experiments"] for r in runnable(e)])
+    start_reporter([r for e in SETTINGS["experiments"] for r in runnable(e)],
+                   at_most=any(looks.looks_of(SETTINGS, e) > 1 for e in SETTINGS["experiments"]))
 
 
 onsuccess:
