@@ -5,12 +5,16 @@ Each experiment ``<name>`` has a module ``perfgrid.experiments.<name>.analysis``
 
 - ``SEED_ROWS``: the seed's published figures as table rows (quoted, with
   their source), in the same columns as this machine's table;
-- ``plot(table, out_dir) -> list[Path]``: seaborn figures (PNG, SVG and PDF) of a
-  table with rows, set up by :func:`plot_setup`;
-- ``claims(table) -> list[Claim]``: each seed claim as a hypothesis, the
+- ``plot(table, out_dir, experiment) -> list[Path]``: seaborn figures (PNG, SVG and
+  PDF) of a table with rows, set up by :func:`plot_setup`;
+- ``claims(table, experiment) -> list[Claim]``: each seed claim as a hypothesis, the
   criterion, the figure measured here with its 95 % interval, and a verdict
   decided by that interval (:func:`judged`), with a ``why`` from the kernel
   counters of the points it compares (:func:`why`).
+
+Both receive the experiment's :class:`~perfgrid.experiments.base.Experiment` (from the
+registry), so its facts (axes, claim points, runtimes, name) are read from it, never
+copied into the analysis.
 """
 
 from __future__ import annotations
@@ -278,12 +282,12 @@ def claims_of(name: str, table) -> list[Claim]:
 
     Claims judged at several looks (perfgrid.looks; the table's ``claims_looks``) decide
     on intervals at the looks' level, here as at every look."""
-    from perfgrid import looks
+    from perfgrid import experiments, looks
 
     planned = table.get("claims_looks")
     count = int(planned.max()) if planned is not None and planned.notna().any() else 1
     with decision_level(looks.level(count)):
-        return module(name).claims(quiet(table))
+        return module(name).claims(quiet(table), experiments.get(name))
 
 
 def plot_setup(table) -> list[str]:
