@@ -36,8 +36,9 @@ def expected_verdict(wants: str, level: str) -> tuple[str, str]:
 
 
 def named_claims(analysis: Any, rows: list[dict], names: list[str]) -> dict[str, Any]:
-    """An analysis module's claims on ``rows``, by name: exactly one claim per name."""
-    claims = analysis.claims(pd.DataFrame(rows))
+    """An analysis module's claims on ``rows``, by name: exactly one claim per name. The
+    module's experiment is the package it lies in."""
+    claims = analysis.claims(pd.DataFrame(rows), get(analysis.__name__.split(".")[-2]))
     assert len(claims) == len(names)
     return dict(zip(names, claims, strict=True))
 

@@ -51,7 +51,7 @@ def test_claims_use_only_declared_claim_points(name: str) -> None:
         else:
             extra.update(_observations(point, 1, i))
             rows.append(single(1e6 * (1 + i % 7), seed=i, **extra))
-    claims = analysis.module(name).claims(pd.DataFrame(rows))
+    claims = analysis.module(name).claims(pd.DataFrame(rows), experiment)
     assert claims
     lacking = [c.hypothesis for c in claims if "one value" in c.reason]
     expected = ONE_VALUE_BY_DESIGN.get(name, [])

@@ -579,7 +579,7 @@ def table(rates: dict[tuple, float]) -> pd.DataFrame:
 
 
 def verdicts(frame) -> list[str]:
-    return [c.verdict for c in analysis.claims(frame)]
+    return [c.verdict for c in analysis.claims(frame, get("http"))]
 
 
 #: the knobs of :func:`grid`, each the ratio one claim compares, all reproduced
@@ -630,12 +630,12 @@ def both(erlang: dict | None = None, python: dict | None = None) -> pd.DataFrame
 
 
 def test_all_http_claims_reproduce_on_clear_data():
-    found = analysis.claims(both())
+    found = analysis.claims(both(), get("http"))
     assert [c.verdict for c in found] == ["reproduced"] * 6
     assert [c.runtime for c in found] == ["python"] * 3 + ["erlang"] * 3
     assert all("[" in c.measured and "wholly" in c.reason for c in found)
     assert all(c.ci_low < c.value < c.ci_high for c in found)
-    assert len(analysis.claims(grid("python"))) == 3
+    assert len(analysis.claims(grid("python"), get("http"))) == 3
 
 
 @pytest.mark.parametrize("runtime", ["python", "erlang"])
@@ -643,7 +643,7 @@ def test_all_http_claims_reproduce_on_clear_data():
 @pytest.mark.parametrize("index, knob, threshold, above", CASES, ids=[k for _, k, _, _ in CASES])
 def test_http_claim_verdict_follows_its_interval(index, knob, threshold, above, level, runtime):
     knobs = {knob: threshold * LEVELS[level]}
-    found = analysis.claims(both(**{runtime: knobs}))
+    found = analysis.claims(both(**{runtime: knobs}), get("http"))
     at = index + (3 if runtime == "erlang" else 0)
     claim = found[at]
     expected, word = expected_verdict("above" if above else "below", level)
@@ -658,7 +658,7 @@ def test_http_claim_verdict_follows_its_interval(index, knob, threshold, above, 
 @pytest.mark.parametrize("runtime", ["python", "erlang"])
 @pytest.mark.parametrize("index, skip, reason", MISSING, ids=[r[:20] for _, _, r in MISSING])
 def test_http_claim_without_its_data_is_inconclusive(index, skip, reason, runtime):
-    found = analysis.claims(both(**{runtime: {"skip": skip}}))
+    found = analysis.claims(both(**{runtime: {"skip": skip}}), get("http"))
     at = index + (3 if runtime == "erlang" else 0)
     assert found[at].verdict == "inconclusive" and reason in found[at].reason
     assert found[at].runtime == runtime
@@ -670,7 +670,7 @@ def test_http_claim_without_its_data_is_inconclusive(index, skip, reason, runtim
 def test_http_nan_rate_or_one_value_is_inconclusive(how, runtime):
     # every point of the grid is in a ratio of each claim: all three of its runtime's claims
     found = analysis.claims(both(**{runtime: {how: {"binding": "none", "workers": 1,
-                                                    "concurrency": 500}}}))
+                                                    "concurrency": 500}}}), get("http"))
     mine = found[3:] if runtime == "erlang" else found[:3]
     want = "no interval: one value" if how == "one" else "no estimate (missing or NaN rate)"
     assert [c.verdict for c in mine] == ["inconclusive"] * 3
@@ -685,7 +685,8 @@ def test_http_nan_or_one_value_at_one_worker_count_is_inconclusive(how):
     columns = {"variant": "asyncio", "runtime": "python", "client": "ab", "keepalive": "off",
                "binding": "none", "workers": 4, "concurrency": 500}
     extra = row(float("nan"), seed=77, **columns) if how == "nan" else single(3000.0, **columns)
-    found = analysis.claims(pd.concat([frame, pd.DataFrame([extra])], ignore_index=True))
+    found = analysis.claims(pd.concat([frame, pd.DataFrame([extra])], ignore_index=True),
+                            get("http"))
     assert found[0].verdict == "inconclusive"
     assert ("no estimate" if how == "nan" else "no interval: one value") in found[0].reason
     assert [c.verdict for c in found[1:]] == ["reproduced"] * 2
@@ -698,20 +699,21 @@ def test_http_more_workers_takes_the_best_worker_count():
                 low["rate"], low.drop(columns=["rate", "work_per_loop", "process_values",
                                                "n_processes", "n_values"]).to_dict("records"),
                 strict=True)) if rec["workers"] == 2]
-    claim = analysis.claims(pd.concat([low, pd.DataFrame(four)], ignore_index=True))[0]
+    claim = analysis.claims(pd.concat([low, pd.DataFrame(four)], ignore_index=True),
+                            get("http"))[0]
     assert claim.verdict == "reproduced", claim.reason
     assert claim.value == pytest.approx(1.5)
     assert "2 workers / 1: geometric mean 0.80x [" in claim.measured
     assert "4 workers / 1: geometric mean 1.50x [" in claim.measured
-    assert analysis.claims(low)[0].verdict == "not reproduced"
+    assert analysis.claims(low, get("http"))[0].verdict == "not reproduced"
 
 
 def test_http_hand_made_rows_and_other_loads_are_inconclusive_with_a_note():
     frame = grid("python").drop(columns=["process_values"])
-    found = analysis.claims(frame)
+    found = analysis.claims(frame, get("http"))
     assert [c.verdict for c in found] == ["inconclusive"] * 3
     assert all("no interval: no raw values" in c.reason for c in found)
-    found = analysis.claims(grid("python", client="builtin"))
+    found = analysis.claims(grid("python", client="builtin"), get("http"))
     assert [c.verdict for c in found] == ["reproduced"] * 3
     assert all("all loads used" in c.reason for c in found)
 
@@ -719,7 +721,7 @@ def test_http_hand_made_rows_and_other_loads_are_inconclusive_with_a_note():
 def test_plots_and_notes_are_written(tmp_path):
     frame = table({("asyncio", "none", 1, 10): 4000, ("uvloop", "none", 1, 10): 5000,
                    ("asyncio", "spread", 2, 100): 4500})
-    written = analysis.plot(frame, tmp_path)
+    written = analysis.plot(frame, tmp_path, get("http"))
     assert {p.stem for p in written} == {"rate_by_concurrency", "latency_p99_by_concurrency",
                                          "cpu_by_concurrency"}
     assert all(p.stat().st_size > 0 for p in written)

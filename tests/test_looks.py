@@ -270,7 +270,7 @@ def test_each_claim_decides_at_the_level_of_the_looks_its_points_pass(monkeypatc
 
     looked, once = frozenset({_ring_key("asyncio")}), frozenset({_ring_key("erlang")})
     quantity = stats.paired(1.5, {1: 0.3, 2: 0.5, 3: 0.4, 4: 0.45, 5: 0.35})
-    fake = type("M", (), {"claims": staticmethod(lambda table: [
+    fake = type("M", (), {"claims": staticmethod(lambda table, experiment: [
         judged("ring", "h", "c", stats.from_points(quantity, points), ">=", 1.2)
         for points in (looked, once)])})
     monkeypatch.setattr(analysis, "module", lambda name: fake)

@@ -284,19 +284,19 @@ def replace(table: pd.DataFrame, where: dict, new: dict) -> pd.DataFrame:
 
 
 def test_all_ring_claims_reproduce_on_clear_data():
-    found = analysis.claims(ring_table())
+    found = analysis.claims(ring_table(), get("ring"))
     assert [c.verdict for c in found] == ["reproduced"] * 6
     assert [c.runtime for c in found] == RUNTIMES
     assert all("[" in c.measured and "wholly" in c.reason for c in found)
     assert all(c.ci_low < c.value < c.ci_high for c in found)
-    assert len(analysis.claims(ring_table(erlang_rows=False))) == 5
+    assert len(analysis.claims(ring_table(erlang_rows=False), get("ring"))) == 5
 
 
 @pytest.mark.parametrize("level", list(LEVELS))
 @pytest.mark.parametrize("index, knob, threshold, above", CASES,
                          ids=[f"{i}-{k}" for i, k, _, _ in CASES])
 def test_ring_claim_verdict_follows_its_interval(index, knob, threshold, above, level):
-    found = analysis.claims(ring_table(**{knob: threshold * LEVELS[level]}))
+    found = analysis.claims(ring_table(**{knob: threshold * LEVELS[level]}), get("ring"))
     claim = found[index]
     expected, word = expected_verdict("above" if above else "below", level)
     assert claim.verdict == expected, (claim.measured, claim.reason)
@@ -308,7 +308,7 @@ def test_ring_claim_verdict_follows_its_interval(index, knob, threshold, above, 
 
 
 def test_ring_compound_claim_fails_when_one_part_fails():
-    claim = analysis.claims(ring_table(faster=1.5, sys_ratio=0.8))[4]
+    claim = analysis.claims(ring_table(faster=1.5, sys_ratio=0.8), get("ring"))[4]
     # speed at its threshold, sys share wholly too high: the failing part decides
     assert claim.verdict == "not reproduced"
     assert "part 1:" in claim.reason and "lies within 5% of" in claim.reason
@@ -353,7 +353,7 @@ MISSING = [
 @pytest.mark.parametrize("index, drop, reason", MISSING,
                          ids=[f"{i}-{r[:24]}" for i, _, r in MISSING])
 def test_ring_claim_without_its_data_is_inconclusive(index, drop, reason):
-    found = analysis.claims(drop(ring_table()))
+    found = analysis.claims(drop(ring_table()), get("ring"))
     assert found[index].verdict == "inconclusive"
     assert reason in found[index].reason
     assert found[index].runtime == RUNTIMES[index]
@@ -375,7 +375,7 @@ def test_ring_nan_rate_or_one_value_is_inconclusive(index, where, hit, one):
     old = table[np.logical_and.reduce([table[c] == v for c, v in where.items()])].iloc[0]
     new = ring_row(old["variant"], old["binding"], int(old["workers"]),
                    old["rate"] if one else float("nan"), old["sys_share"], 999, one=one)
-    found = analysis.claims(replace(table, where, new))
+    found = analysis.claims(replace(table, where, new), get("ring"))
     if not one and where["variant"] in ("native", "process_pipe"):
         hit = sorted({*hit, 3})  # a point that measured nothing has no sys share either
     for i in hit:
@@ -392,7 +392,7 @@ def test_ring_sys_share_of_one_process_has_no_interval(index):
     variants = ["native", "process_pipe"] if index == 3 else ["erlang"]
     table.loc[table["variant"].isin(variants), "process_metadata"] = [
         shares(s, processes=1) for s in table.loc[table["variant"].isin(variants), "sys_share"]]
-    claim = analysis.claims(table)[index]
+    claim = analysis.claims(table, get("ring"))[index]
     assert claim.verdict == "inconclusive" and "no interval: one value" in claim.reason
 
 
@@ -412,17 +412,17 @@ def test_hand_made_ring_table_is_inconclusive_and_still_plots(tmp_path):
                  "sys_pct": 1.0, "idle_pct": 50.0, "ctx_per_message": 0.0, "setup_s": 2.5,
                  "ratio_to_native": float("nan"), "rings": 1000, "ring_members": 100})
     table = pd.DataFrame(rows)
-    written = analysis.plot(table, tmp_path)
+    written = analysis.plot(table, tmp_path, get("ring"))
     assert {p.stem for p in written} >= {"cost_by_binding", "cpu_split"}
-    found = analysis.claims(table)
+    found = analysis.claims(table, get("ring"))
     assert [c.verdict for c in found] == ["inconclusive"] * 5
     assert all("no interval" in c.reason for c in found)
-    assert all(c.verdict == "inconclusive" for c in analysis.claims(table.iloc[0:0]))
+    assert all(c.verdict == "inconclusive" for c in analysis.claims(table.iloc[0:0], get("ring")))
     assert len(analysis.notes(table)) >= 2
 
 
 def test_synthetic_ring_table_plots_and_notes(tmp_path):
     table = ring_table()
-    written = analysis.plot(table, tmp_path)
+    written = analysis.plot(table, tmp_path, get("ring"))
     assert {p.stem for p in written} >= {"cost_by_binding", "cpu_split", "switches_per_message"}
     assert len(analysis.notes(table)) >= 4

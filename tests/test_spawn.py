@@ -350,17 +350,17 @@ def test_fastest_port_is_named_with_its_runtime():
 
 def test_hand_made_table_without_raw_values_is_inconclusive_for_every_claim():
     rows = [{k: v for k, v in r.items() if k != "process_values"} for r in spawn_rows()]
-    claims = analysis.claims(pd.DataFrame(rows))
+    claims = analysis.claims(pd.DataFrame(rows), get("spawn"))
     assert [c.verdict for c in claims] == ["inconclusive"] * 6
     assert all("no raw values" in c.reason for c in claims)
 
 
 def test_analysis_plots_and_every_claim_is_inconclusive_without_rows(tmp_path):
     table = pd.DataFrame(spawn_rows())
-    written = analysis.plot(table[table["binding"] == "none"], tmp_path)
+    written = analysis.plot(table[table["binding"] == "none"], tmp_path, get("spawn"))
     assert {p.stem for p in written} >= {"rate_by_chains", "cpu_per_spawn"}
-    assert all(c.verdict == "inconclusive" for c in analysis.claims(table.iloc[0:0]))
-    assert len(analysis.claims(table[table["runtime"] != "erlang"])) == 4
+    assert all(c.verdict == "inconclusive" for c in analysis.claims(table.iloc[0:0], get("spawn")))
+    assert len(analysis.claims(table[table["runtime"] != "erlang"], get("spawn"))) == 4
     assert {r["chains"] for r in analysis.SEED_ROWS} == {1, 10, 100}
     assert all("000_" in r["source"] for r in analysis.SEED_ROWS)
 
@@ -385,7 +385,7 @@ def test_rate_plot_draws_each_rows_interval(tmp_path, monkeypatch):
 
     monkeypatch.setattr(analysis, "save", keep)
     table = with_intervals(spawn_rows())
-    analysis.plot(table, tmp_path)
+    analysis.plot(table, tmp_path, get("spawn"))
     assert {name for name, _ in bars} == {"rate_by_chains"}
     assert sum(len(c.lines[2][0].get_segments()) for _, c in bars) == len(table)
 

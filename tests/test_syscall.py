@@ -224,7 +224,7 @@ def syscall_rows(cv: float = 0.01, **q: float) -> list[dict]:
 
 
 def syscall_claims(rows: list[dict]) -> list:
-    claims = analysis.claims(pd.DataFrame(rows))
+    claims = analysis.claims(pd.DataFrame(rows), get("syscall"))
     assert len(claims) == 6
     return claims
 
@@ -494,9 +494,10 @@ def test_a_one_value_row_gives_its_syscall_claim_no_interval(quantity):
 
 def test_analysis_plots_and_every_claim_is_inconclusive_without_rows(tmp_path):
     table = pd.DataFrame(syscall_rows())
-    written = analysis.plot(table, tmp_path)
+    written = analysis.plot(table, tmp_path, get("syscall"))
     assert {p.stem for p in written} >= {"rate_by_workers", "calls_per_cpu_second"}
-    assert all(c.verdict == "inconclusive" for c in analysis.claims(table.iloc[0:0]))
+    assert all(c.verdict == "inconclusive"
+               for c in analysis.claims(table.iloc[0:0], get("syscall")))
     assert analysis.SEED_ROWS[0]["rate"] == 30_000_000.0 and "002_" in analysis.SEED_ROWS[0][
         "source"]
 
@@ -516,7 +517,7 @@ def test_rate_plot_draws_each_rows_interval(tmp_path, monkeypatch):
     table = pd.DataFrame(syscall_rows())
     bounds = [rate_estimate(r).interval() for _, r in table.iterrows()]
     table = table.assign(rate_ci_low=[b[0] for b in bounds], rate_ci_high=[b[1] for b in bounds])
-    analysis.plot(table, tmp_path)
+    analysis.plot(table, tmp_path, get("syscall"))
     assert {name for name, _ in bars} == {"rate_by_workers"}
     assert sum(len(c.lines[2][0].get_segments()) for _, c in bars) == len(table)
 

@@ -341,11 +341,11 @@ def test_uvloop_ratio_is_the_geometric_mean_over_the_pairs():
 
 def test_analysis_plots_and_every_claim_is_inconclusive_without_rows(tmp_path):
     table = pd.DataFrame(timer_rows())
-    written = analysis.plot(table, tmp_path)
+    written = analysis.plot(table, tmp_path, get("timers"))
     assert {p.stem for p in written} >= {"overhead_by_tasks", "lateness_by_tasks",
                                          "seed_scale_wall_vs_ideal"}
-    assert all(c.verdict == "inconclusive" for c in analysis.claims(table.iloc[0:0]))
-    assert len(analysis.claims(table[table["runtime"] != "erlang"])) == 4
+    assert all(c.verdict == "inconclusive" for c in analysis.claims(table.iloc[0:0], get("timers")))
+    assert len(analysis.claims(table[table["runtime"] != "erlang"], get("timers"))) == 4
     assert analysis.notes(table)
 
 

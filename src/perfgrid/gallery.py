@@ -122,7 +122,7 @@ def load(source: str, root: Path) -> Machine:
         claims = []
         for name, table in tables.items():
             try:
-                claims += analysis.module(name).claims(table)
+                claims += analysis.module(name).claims(table, experiments.get(name))
             except KeyError as err:
                 raise ValueError(f"{root / 'tables' / f'{name}.csv'}: missing column {err}, "
                                  f"which the {name} claims need") from None

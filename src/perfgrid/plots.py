@@ -23,13 +23,14 @@ def write_plots(experiment: str, table_path: Path, out: Path) -> list[Path]:
 
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    # an experiment whose every point was skipped has an empty table, and no figures
-    written = [] if table.empty else module(experiment).plot(table, tmp)
     from perfgrid import experiments, scaling
 
+    declared = experiments.get(experiment)
+    # an experiment whose every point was skipped has an empty table, and no figures
+    written = [] if table.empty else module(experiment).plot(table, tmp, declared)
     # every experiment with a worker axis: Amdahl and USL fits (scaling.csv) and their figure,
     # up to the CPUs the run's jobs recorded (not this machine's: plots may run elsewhere)
-    written += scaling.write(table, experiments.get(experiment).axes, tmp, experiment,
+    written += scaling.write(table, declared.axes, tmp, experiment,
                              cpus=scaling.recorded_cpus(table))
     tmp.rename(out)
     return written

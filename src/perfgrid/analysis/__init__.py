@@ -5,12 +5,16 @@ Each experiment ``<name>`` has a module ``perfgrid.experiments.<name>.analysis``
 
 - ``SEED_ROWS``: the seed's published figures as table rows (quoted, with
   their source), in the same columns as this machine's table;
-- ``plot(table, out_dir) -> list[Path]``: seaborn figures (PNG, SVG and PDF) of a
-  table with rows, set up by :func:`plot_setup`;
-- ``claims(table) -> list[Claim]``: each seed claim as a hypothesis, the
+- ``plot(table, out_dir, experiment) -> list[Path]``: seaborn figures (PNG, SVG and
+  PDF) of a table with rows, set up by :func:`plot_setup`;
+- ``claims(table, experiment) -> list[Claim]``: each seed claim as a hypothesis, the
   criterion, the figure measured here with its 95 % interval, and a verdict
   decided by that interval (:func:`judged`), with a ``why`` from the kernel
   counters of the points it compares (:func:`why`).
+
+Both receive the experiment's :class:`~perfgrid.experiments.base.Experiment` (from the
+registry), so its facts (axes, claim points, runtimes, name) are read from it, never
+copied into the analysis.
 """
 
 from __future__ import annotations
@@ -323,7 +327,7 @@ def claims_of(name: str, table, at: int | None = None) -> list[Claim]:
     point) decide on intervals at the level of look ``at`` (None: the last), each claim
     by the looks its own points pass; a claim whose points are unknown takes the most
     any point passes."""
-    from perfgrid import looks
+    from perfgrid import experiments, looks
     from perfgrid.aggregate import point_of
 
     planned = table.get("claims_looks")
@@ -336,7 +340,7 @@ def claims_of(name: str, table, at: int | None = None) -> list[Claim]:
     token = _LOOKS.set((passes, at))
     try:
         with decision_level(looks.level(most, at if at is not None and at < most else None)):
-            return module(name).claims(quiet(table))
+            return module(name).claims(quiet(table), experiments.get(name))
     finally:
         _LOOKS.reset(token)
 

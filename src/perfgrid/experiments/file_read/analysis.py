@@ -19,9 +19,9 @@ from perfgrid.analysis import (
     save,
     why,
 )
+from perfgrid.experiments.base import Experiment
 from perfgrid.stats import Estimate
 
-NAME = "file_read"
 GIB = 1 << 30
 MIB = 1 << 20
 _SOURCE = "seed E2 (001_6a977e1b539f3fbc.txt), 16-core machine, Erlang R15B03 +A 16, 1 GiB cached"
@@ -55,7 +55,7 @@ def _gbps(table: pd.DataFrame) -> pd.DataFrame:
     return interval_rows(table, "gb_per_s", 1e9)
 
 
-def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
+def plot(table: pd.DataFrame, out_dir: Path, experiment: Experiment) -> list[Path]:
     """Throughput vs block size per variant and cache; parallel throughput vs workers."""
     written: list[Path] = []
     plot_setup(table)
@@ -106,8 +106,9 @@ def _row(row: pd.Series) -> dict[str, dict]:
         axis: row[axis] for axis in ("variant", "workers", "binding", "block_size")}}
 
 
-def claims(table: pd.DataFrame) -> list[Claim]:
+def claims(table: pd.DataFrame, experiment: Experiment) -> list[Claim]:
     """The seed's three claims and perfgrid's two speed targets, decided by their intervals."""
+    name = experiment.name
     warm = table[table["cache"] == "warm"] if "cache" in table else table.iloc[0:0]
     out: list[Claim] = []
 
@@ -116,11 +117,11 @@ def claims(table: pd.DataFrame) -> list[Claim]:
     hyp = "With large blocks the runtime reads as fast as C (dd)"
     crit = "readinto at 1 MiB, warm, >= 0.95x dd at 1 MiB in the same run"
     if dd_1m and readinto_1m:
-        out.append(judged(NAME, hyp, crit, readinto_1m / dd_1m, ">=", 0.95,
+        out.append(judged(name, hyp, crit, readinto_1m / dd_1m, ">=", 0.95,
                           f"dd ({readinto_1m / 1e9:.2f} vs {dd_1m / 1e9:.2f} GB/s)",
                           why=why(warm, READ_COUNTERS, _at_1m("readinto", "dd"))))
     else:
-        out.append(inconclusive(NAME, hyp, crit, "no warm readinto or dd row at 1 MiB"))
+        out.append(inconclusive(name, hyp, crit, "no warm readinto or dd row at 1 MiB"))
 
     hyp = "Parallel readers beat dd"
     crit = "best pread_parallel with 2+ workers, warm, > 1.0x dd at 1 MiB"
@@ -128,62 +129,63 @@ def claims(table: pd.DataFrame) -> list[Claim]:
         if len(warm) else warm
     if dd_1m and not par.empty:
         best, best_rate = best_row(par)
-        out.append(judged(NAME, hyp, crit, best_rate / dd_1m, ">", 1.0,
+        out.append(judged(name, hyp, crit, best_rate / dd_1m, ">", 1.0,
                           f"dd (best: {int(best['workers'])} workers, {best['binding']}, "
                           f"block {int(best['block_size'])})",
                           why=why(warm, PARALLEL_COUNTERS, {**_row(best), **_at_1m("dd")})))
     else:
-        out.append(inconclusive(NAME, hyp, crit, "no warm pread_parallel or dd 1 MiB row"))
+        out.append(inconclusive(name, hyp, crit, "no warm pread_parallel or dd 1 MiB row"))
 
     hyp = "Small blocks are far slower: each read call pays a fixed cost"
     crit = "read at 1 KiB, warm, at least 10x slower than read at 1 MiB"
     small, large = rate_at(warm, variant="read", block_size=1024), rate_at(
         warm, variant="read", block_size=MIB)
     if small and large:
-        out.append(judged(NAME, hyp, crit, large / small, ">=", 10, "slower "
+        out.append(judged(name, hyp, crit, large / small, ">=", 10, "slower "
                           f"({1024 / small * 1e6:.2f} us per 1 KiB call)", spec=".1f",
                           why=why(warm, CALL_COUNTERS, _by_block("read"))))
     else:
-        out.append(inconclusive(NAME, hyp, crit, "no warm read rows at 1 KiB and 1 MiB"))
+        out.append(inconclusive(name, hyp, crit, "no warm read rows at 1 KiB and 1 MiB"))
 
     hyp = "Target: two parallel readers reach 1.5x dd on this machine"
     crit = "pread_parallel, 2 workers, 1 MiB, warm, best binding >= 1.5x dd at 1 MiB"
     two = rate_at(warm, variant="pread_parallel", workers=2, block_size=MIB)
     if dd_1m and two:
-        out.append(judged(NAME, hyp, crit, two / dd_1m, ">=", 1.5, "dd",
+        out.append(judged(name, hyp, crit, two / dd_1m, ">=", 1.5, "dd",
                           why=why(warm, PARALLEL_COUNTERS,
                                   {"2 workers": {"variant": "pread_parallel", "workers": 2,
                                                  "block_size": MIB}, **_at_1m("dd")})))
     else:
-        out.append(inconclusive(NAME, hyp, crit, "no 2-worker 1 MiB warm pread_parallel row"))
+        out.append(inconclusive(name, hyp, crit, "no 2-worker 1 MiB warm pread_parallel row"))
 
     hyp = "A page-aligned buffer copies faster than one a few bytes past a page boundary"
     crit = "readinto vs readinto_unaligned at 1 MiB, warm: aligned at least 1.5x faster"
     unaligned = rate_at(warm, variant="readinto_unaligned", block_size=MIB)
     if readinto_1m and unaligned:
-        out.append(judged(NAME, hyp, crit, readinto_1m / unaligned, ">=", 1.5,
+        out.append(judged(name, hyp, crit, readinto_1m / unaligned, ">=", 1.5,
                           "faster (aligned over unaligned)",
                           why=why(warm, READ_COUNTERS, _at_1m("readinto", "readinto_unaligned"))))
     else:
-        out.append(inconclusive(NAME, hyp, crit, "no readinto/readinto_unaligned 1 MiB rows"))
+        out.append(inconclusive(name, hyp, crit, "no readinto/readinto_unaligned 1 MiB rows"))
     if "runtime" in warm and (warm["runtime"] == "erlang").any():
-        out += _erlang_claims(warm, dd_1m)
+        out += _erlang_claims(warm, dd_1m, name)
     return out
 
 
-def _erlang_claims(warm: pd.DataFrame, dd_1m: Estimate | None) -> list[Claim]:
-    """The seed's three claims, checked on Erlang today (the seed's own runtime)."""
+def _erlang_claims(warm: pd.DataFrame, dd_1m: Estimate | None, name: str) -> list[Claim]:
+    """The seed's three claims, checked on Erlang today (the seed's own runtime), as
+    experiment ``name``'s."""
     out: list[Claim] = []
     hyp = "Erlang with large blocks reads about as fast as C (dd)"
     crit = (f"erlang_read at 1 MiB, warm, >= {ERLANG_NEAR_DD:.1f}x dd at 1 MiB (the seed: "
             f"{0.264 / 0.322:.2f}x)")
     erl_1m = rate_at(warm, variant="erlang_read", block_size=MIB)
     if dd_1m and erl_1m:
-        out.append(judged(NAME, hyp, crit, erl_1m / dd_1m, ">=", ERLANG_NEAR_DD,
+        out.append(judged(name, hyp, crit, erl_1m / dd_1m, ">=", ERLANG_NEAR_DD,
                           f"dd ({erl_1m / 1e9:.2f} vs {dd_1m / 1e9:.2f} GB/s)", "erlang",
                           why=why(warm, READ_COUNTERS, _at_1m("erlang_read", "dd"))))
     else:
-        out.append(inconclusive(NAME, hyp, crit, "no warm erlang_read or dd row at 1 MiB",
+        out.append(inconclusive(name, hyp, crit, "no warm erlang_read or dd row at 1 MiB",
                                 "erlang"))
 
     hyp = "Parallel Erlang readers beat dd (the seed: 16 preads, 5.0 GB/s vs 4.1)"
@@ -191,23 +193,23 @@ def _erlang_claims(warm: pd.DataFrame, dd_1m: Estimate | None) -> list[Claim]:
     par = warm[(warm["variant"] == "erlang_pread_parallel") & (warm["workers"] >= 2)]
     if dd_1m and not par.empty:
         best, best_rate = best_row(par)
-        out.append(judged(NAME, hyp, crit, best_rate / dd_1m, ">", 1.0,
+        out.append(judged(name, hyp, crit, best_rate / dd_1m, ">", 1.0,
                           f"dd (best: {int(best['workers'])} workers, {best['binding']}, "
                           f"block {int(best['block_size'])})", "erlang",
                           why=why(warm, PARALLEL_COUNTERS, {**_row(best), **_at_1m("dd")})))
     else:
-        out.append(inconclusive(NAME, hyp, crit, "no warm erlang_pread_parallel (2+ workers) "
+        out.append(inconclusive(name, hyp, crit, "no warm erlang_pread_parallel (2+ workers) "
                                 "or dd 1 MiB row", "erlang"))
 
     hyp = "Small blocks are far slower in Erlang: each file:read pays a fixed cost"
     crit = "erlang_read at 1 KiB, warm, at least 10x slower than at 1 MiB (the seed: 62x)"
     small = rate_at(warm, variant="erlang_read", block_size=1024)
     if small and erl_1m:
-        out.append(judged(NAME, hyp, crit, erl_1m / small, ">=", 10, "slower "
+        out.append(judged(name, hyp, crit, erl_1m / small, ">=", 10, "slower "
                           f"({1024 / small * 1e6:.2f} us per 1 KiB call)", "erlang", spec=".1f",
                           why=why(warm, CALL_COUNTERS, _by_block("erlang_read"))))
     else:
-        out.append(inconclusive(NAME, hyp, crit, "no warm erlang_read rows at 1 KiB and 1 MiB",
+        out.append(inconclusive(name, hyp, crit, "no warm erlang_read rows at 1 KiB and 1 MiB",
                                 "erlang"))
     return out
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -24,10 +25,9 @@ from perfgrid.analysis import (
     why,
     without_erlang,
 )
-from perfgrid.experiments.http import EXPERIMENT
+from perfgrid.experiments.base import Experiment
 from perfgrid.stats import Estimate, geometric_mean, reduce
 
-NAME = "http"
 SOURCE = ("seed E5 a (004_cee54dc8e5b26200.txt), 2x quad Xeon E5450, R12B-5 vs R13A, "
           "4 vs 8 schedulers, ab -c up to 1000 -n 100000")
 #: the seed shows E5 a only as charts; it prints no figure we could quote as a row
@@ -117,7 +117,7 @@ def _load_label(table: pd.DataFrame) -> pd.Series:
     return table["client"].astype(str) + ", keep-alive " + table["keepalive"].astype(str)
 
 
-def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
+def plot(table: pd.DataFrame, out_dir: Path, experiment: Experiment) -> list[Path]:
     """Requests/s, p99 latency and CPU used, each vs concurrency, per workers and binding."""
     written: list[Path] = []
     order = plot_setup(table)
@@ -169,61 +169,71 @@ def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
     return written
 
 
-def _ratios(rows: pd.DataFrame, axis: str, num, den) -> list[tuple[dict, Estimate]]:
+def _ratios(rows: pd.DataFrame, axis: str, num, den,
+            axes: tuple[str, ...]) -> list[tuple[dict, Estimate]]:
     """rate(axis=num) / rate(axis=den), with its interval, for every setting of the other
-    axes that has both (the best row where a setting has several)."""
+    ``axes`` (the experiment's) that has both (the best row where a setting has several)."""
     return [(key, reduce(rate_estimates(a), np.max) / reduce(rate_estimates(b), np.max))
-            for key, a, b in across(rows, axis, num, den, EXPERIMENT.axes)]
+            for key, a, b in across(rows, axis, num, den, axes)]
 
 
-def _spread(ratios: list[Estimate], typical: str = "median") -> str:
-    """The ratios in words: their median (notes) or geometric mean (claims), and range."""
+#: the reductions :func:`_spread` states ratios by, each with its words
+REDUCTION_WORDS: dict[Callable[[list[Estimate]], Estimate], str] = {
+    median_of: "median", geometric_mean: "geometric mean"}
+
+
+def _spread(ratios: list[Estimate],
+            typical: Callable[[list[Estimate]], Estimate] = median_of) -> str:
+    """The ratios in words: their ``typical`` value (notes: the median; claims: the
+    geometric mean, as judged), and range."""
     values = [r.value for r in ratios if np.isfinite(r.value)]
     missing = len(ratios) - len(values)
     span = f"range {min(values):.2f}-{max(values):.2f}" if values else "no finite ratio"
-    found = median_of(ratios) if typical == "median" else geometric_mean(ratios)
-    return (f"{typical} {found.show(unit='x')} over {len(ratios)} point(s), {span}"
+    found, words = typical(ratios), REDUCTION_WORDS[typical]
+    return (f"{words} {found.show(unit='x')} over {len(ratios)} point(s), {span}"
             + (f", {missing} NaN" if missing else ""))
 
 
 def _typical(ratios: list[Estimate]) -> str:
-    return _spread(ratios, "geometric mean")
+    return _spread(ratios, geometric_mean)
 
 
-def _seed_rows_or_all(table: pd.DataFrame) -> tuple[pd.DataFrame, str]:
-    rows = claimed_rows(table, EXPERIMENT)
+def _seed_rows_or_all(table: pd.DataFrame,
+                      experiment: Experiment) -> tuple[pd.DataFrame, str]:
+    rows = claimed_rows(table, experiment)
     if rows.empty:
         return table, "no ab rows without keep-alive at more than one connection; all loads used"
     return rows, ""
 
 
-def claims(table: pd.DataFrame) -> list[Claim]:
+def claims(table: pd.DataFrame, experiment: Experiment) -> list[Claim]:
     """More workers help; binding helps; a steep drop from 500 to 1000 connections: on the
     Python servers and, where measured, on the Erlang server (the seed's own design, whose
     workers are the VM's schedulers). Every verdict is decided by the 95 % interval of the
     typical ratio over the points compared: their geometric mean, paired round by round
     (a median over points takes simultaneous bounds, too wide to decide at three rounds)."""
-    out = _claims(without_erlang(table), "python")
+    out = _claims(without_erlang(table), "python", experiment)
     erl = by_runtime(table, "erlang") if not table.empty else table
-    return out + (_claims(erl, "erlang") if not erl.empty else [])
+    return out + (_claims(erl, "erlang", experiment) if not erl.empty else [])
 
 
-def _claims(table: pd.DataFrame, runtime: str) -> list[Claim]:
+def _claims(table: pd.DataFrame, runtime: str, experiment: Experiment) -> list[Claim]:
     """The seed's three claims on the rows of one runtime."""
     out: list[Claim] = []
-    rows, note = _seed_rows_or_all(table) if not table.empty else (table, "")
+    name, axes = experiment.name, experiment.axes
+    rows, note = _seed_rows_or_all(table, experiment) if not table.empty else (table, "")
 
     hyp = "More server workers (the seed's schedulers) give more requests/s"
     crit = (f"ab without keep-alive: the best worker count above 1 reaches >= "
             f"{MORE_WORKERS_HELP:.2f}x the rate of 1 worker, geometric mean over the points "
             "(2+ connections) that have both")
     counts = sorted(int(w) for w in rows["workers"].unique() if w > 1) if not rows.empty else []
-    found = [(w, [r for _, r in _ratios(rows, "workers", w, 1)]) for w in counts]
+    found = [(w, [r for _, r in _ratios(rows, "workers", w, 1, axes)]) for w in counts]
     found = [(w, ratios) for w, ratios in found if ratios]
     if found:
         best = reduce([geometric_mean(r) for _, r in found], np.max)
         most = max(w for w, _ in found)
-        out.append(judged(NAME, hyp, crit, best, ">=", MORE_WORKERS_HELP,
+        out.append(judged(name, hyp, crit, best, ">=", MORE_WORKERS_HELP,
                           "best of the means; " + "; ".join(f"{w} workers / 1: {_typical(r)}"
                                                             for w, r in found),
                           runtime=runtime, note=note,
@@ -231,44 +241,49 @@ def _claims(table: pd.DataFrame, runtime: str) -> list[Claim]:
                                   {"1 worker": {"workers": 1},
                                    f"{most} workers": {"workers": most}})))
     else:
-        out.append(inconclusive(NAME, hyp, crit, "the grid has no point measured with both "
+        out.append(inconclusive(name, hyp, crit, "the grid has no point measured with both "
                                 "1 worker and more", runtime))
 
     hyp = "Binding the workers to CPUs gives more requests/s"
     crit = (f"rate bound / rate unbound (binding none) >= {HELPS:.2f}x, geometric mean over the "
             "points that have both; the seed's spread binding if measured, else compact, else "
             "single")
-    found = [(kind, [r for _, r in _ratios(rows, "binding", kind, "none")]) for kind in BOUND]
+    found = [(kind, [r for _, r in _ratios(rows, "binding", kind, "none", axes)]) for kind in BOUND]
     found = [(kind, ratios) for kind, ratios in found if ratios]
     if found:
         kind, ratios = found[0]
         others = "; ".join(f"{k}: {_typical(r)}" for k, r in found[1:])
-        out.append(judged(NAME, hyp, crit, geometric_mean(ratios), ">=", HELPS,
+        out.append(judged(name, hyp, crit, geometric_mean(ratios), ">=", HELPS,
                           f"{kind}/none: {_typical(ratios)}" + (f" ({others})" if others else ""),
                           runtime=runtime, note=note,
                           why=why(rows, REQUEST_COUNTERS,
                                   {kind: {"binding": kind}, "none": {"binding": "none"}})))
     else:
-        out.append(inconclusive(NAME, hyp, crit, "the grid has no bound and unbound rows at "
+        out.append(inconclusive(name, hyp, crit, "the grid has no bound and unbound rows at "
                                 "the same server, workers and concurrency", runtime))
 
     hyp = "Requests/s drop steeply between 500 and 1000 concurrent connections"
     crit = (f"rate at concurrency 1000 <= {STEEP:.2f}x the rate at 500, geometric mean over "
             "the points that have both")
-    ratios = [r for _, r in _ratios(rows, "concurrency", 1000, 500)]
+    ratios = [r for _, r in _ratios(rows, "concurrency", 1000, 500, axes)]
     if ratios:
-        out.append(judged(NAME, hyp, crit, geometric_mean(ratios), "<=", STEEP,
+        out.append(judged(name, hyp, crit, geometric_mean(ratios), "<=", STEEP,
                           f"1000/500: {_typical(ratios)}", runtime=runtime, note=note,
                           why=why(rows, REQUEST_COUNTERS,
                                   {f"c={c}": {"concurrency": c} for c in (500, 1000)})))
     else:
-        out.append(inconclusive(NAME, hyp, crit, "the grid lacks concurrency 500 and 1000 "
+        out.append(inconclusive(name, hyp, crit, "the grid lacks concurrency 500 and 1000 "
                                 "at the same point", runtime))
     return out
 
 
 def notes(table: pd.DataFrame) -> list[str]:
     """What the report should say besides the verdicts."""
+    # the notes hook gets the table alone (perfgrid.analysis.REPORT_HOOKS), so the axes
+    # come from the package
+    from perfgrid.experiments.http import EXPERIMENT
+
+    axes = EXPERIMENT.axes
     out = [f"The seed ({SOURCE}) publishes E5 a only as charts, with no figures in the text: "
            "there are no seed rows to compare with, only its claims (R13A beat R12B-5, "
            "binding helped, R13A with 8 schedulers dropped steeply between 500 and 1000 "
@@ -293,10 +308,10 @@ def notes(table: pd.DataFrame) -> list[str]:
                    f"({top['workers']} worker(s), c={top['concurrency']}); the load generator "
                    f"took {table['client_cpus'].median():.2f} CPUs (median), so server plus "
                    f"client used {cpus.median():.2f} CPUs of the machine (median).")
-    ratios = [r for _, r in _ratios(table, "variant", "uvloop", "asyncio")]
+    ratios = [r for _, r in _ratios(table, "variant", "uvloop", "asyncio", axes)]
     if ratios:
         out.append(f"uvloop over asyncio: {_spread(ratios)}.")
-    ratios = [r for _, r in _ratios(table, "keepalive", "on", "off")]
+    ratios = [r for _, r in _ratios(table, "keepalive", "on", "off", axes)]
     if ratios:
         out.append(f"keep-alive on over off: {_spread(ratios)}.")
     steps = openloop_steps(table)
@@ -309,7 +324,7 @@ def notes(table: pd.DataFrame) -> list[str]:
                    + ("saturated" if last["saturated"] else "did not saturate")
                    + f" at {last['offered_rate']:,.0f} offered (client send lag p99 "
                    f"{last['send_lag_p99_ms']:.1f} ms).")
-    ratios = [r for _, r in _ratios(table, "client", "builtin", "ab")]
+    ratios = [r for _, r in _ratios(table, "client", "builtin", "ab", axes)]
     if ratios:
         out.append(f"builtin client over ab: {_spread(ratios)} (the builtin client is Python "
                    "and competes with the server for the same CPUs).")

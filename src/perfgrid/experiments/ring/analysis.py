@@ -28,10 +28,9 @@ from perfgrid.analysis import (
     save,
     why,
 )
-from perfgrid.experiments.ring import EXPERIMENT
+from perfgrid.experiments.base import Experiment
 from perfgrid.stats import Estimate, reduce
 
-NAME = "ring"
 _SOURCE = ("seed E5 b (004_cee54dc8e5b26200.txt), 1000 rings of 100 Erlang processes, "
            "8 cores (2x quad Xeon E5450)")
 #: the seed prints a CPU split, not a rate: its rows carry no messages/s
@@ -61,7 +60,7 @@ ERLANG_MOSTLY_USER = 0.5
 PASSING_COUNTERS = ("ctx_switches_per_unit", "migrations_per_unit", "task_clock_ns_per_unit")
 
 
-def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
+def plot(table: pd.DataFrame, out_dir: Path, experiment: Experiment) -> list[Path]:
     """Cost per message by binding and workers; the user/sys/idle split beside the seed's."""
     written: list[Path] = []
     order = plot_setup(table)
@@ -103,22 +102,19 @@ def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
     return written
 
 
-def _binding_ratios(table: pd.DataFrame, variant: str, num: str,
-                    den: str) -> list[tuple[int, Estimate]]:
-    """(workers, rate(num)/rate(den) with its interval) for each ring size under both bindings."""
+def _binding_ratios(table: pd.DataFrame, variant: str, num: str, den: str,
+                    axes: tuple[str, ...]) -> list[tuple[int, Estimate]]:
+    """(workers, rate(num)/rate(den) with its interval) for each ring size under both
+    bindings, the other ``axes`` (the experiment's) equal."""
     rows = table[table["variant"] == variant] if "variant" in table else table.iloc[0:0]
     return sorted((int(key["workers"]), reduce(rate_estimates(a), np.max)
                    / reduce(rate_estimates(b), np.max))
-                  for key, a, b in across(rows, "binding", num, den, EXPERIMENT.axes))
+                  for key, a, b in across(rows, "binding", num, den, axes))
 
 
 def _sides(variant: str, *bindings: str) -> dict[str, dict]:
     """The 2-member rings of ``variant`` under each of ``bindings``, for :func:`why`."""
     return {b: {"variant": variant, "workers": 2, "binding": b} for b in bindings}
-
-
-def _runtime(variant: str) -> str:
-    return "native" if variant == "native" else "python"
 
 
 def _sys_shares(rows: pd.DataFrame) -> list[Estimate]:
@@ -164,35 +160,39 @@ def _all_of(parts: list[Claim], measured: str) -> Claim:
                  first.unit, level=first.level, points=points_of(parts))
 
 
-def claims(table: pd.DataFrame) -> list[Claim]:
+def claims(table: pd.DataFrame, experiment: Experiment) -> list[Claim]:
     """Binding cuts the cost of passing; the pipe ring is kernel time; no kernel is faster.
 
     Every verdict is decided by the 95 % interval of the compared quantity.
     """
     out: list[Claim] = []
+    name, axes = experiment.name, experiment.axes
     for variant in ("native", "process_pipe"):
+        runtime = experiment.runtime({"variant": variant})
         hyp = ("Keeping a ring's wake-ups on one CPU makes passing faster than leaving the "
                "scheduler free (the seed: binding and run queues cut the cost)")
         crit = (f"{variant}, 2 members: rate with single binding >= {BINDING_HELPS:.1f}x the "
                 "rate with binding none")
-        found = dict(_binding_ratios(table, variant, "single", "none")) if len(table) else {}
+        found = (dict(_binding_ratios(table, variant, "single", "none", axes)) if len(table)
+                 else {})
         because = why(table, PASSING_COUNTERS, _sides(variant, "single", "none"))
         if 2 in found:
             others = [f"{w}w {r.show(unit='x')}" for w, r in found.items() if w != 2]
-            out.append(judged(NAME, hyp, crit, found[2], ">=", BINDING_HELPS,
+            out.append(judged(name, hyp, crit, found[2], ">=", BINDING_HELPS,
                               "single/none" + ("; other sizes " + ", ".join(others)
                                                if others else ""),
-                              runtime=_runtime(variant), why=because))
+                              runtime=runtime, why=because))
         else:
-            out.append(inconclusive(NAME, hyp, crit, f"no 2-member {variant} ring under both "
-                                    "single and none", runtime=_runtime(variant), why=because))
+            out.append(inconclusive(name, hyp, crit, f"no 2-member {variant} ring under both "
+                                    "single and none", runtime=runtime, why=because))
 
     hyp = "A wake-up that crosses CPUs costs far more than one that stays on a CPU"
     crit = (f"native (else process_pipe), 2 members: single-CPU rate >= {CROSSING_COSTS:.0f}x "
             "the spread rate")
     measured = None
     for variant in ("native", "process_pipe"):
-        found = dict(_binding_ratios(table, variant, "single", "spread")) if len(table) else {}
+        found = (dict(_binding_ratios(table, variant, "single", "spread", axes)) if len(table)
+                 else {})
         if 2 in found:
             measured = (variant, found[2])
             break
@@ -200,12 +200,12 @@ def claims(table: pd.DataFrame) -> list[Claim]:
         variant, ratio = measured
         rows = table[(table["variant"] == variant) & (table["workers"] == 2)]
         us = {b: 1e6 / rate_at(rows, binding=b) for b in ("single", "spread")}
-        out.append(judged(NAME, hyp, crit, ratio, ">=", CROSSING_COSTS,
+        out.append(judged(name, hyp, crit, ratio, ">=", CROSSING_COSTS,
                           f"({us['single']:.1f} vs {us['spread']:.1f} us per message, "
-                          f"{variant})", runtime=_runtime(variant),
+                          f"{variant})", runtime=experiment.runtime({"variant": variant}),
                           why=why(table, PASSING_COUNTERS, _sides(variant, "single", "spread"))))
     else:
-        out.append(inconclusive(NAME, hyp, crit, "no 2-member pipe ring under both single "
+        out.append(inconclusive(name, hyp, crit, "no 2-member pipe ring under both single "
                                 "and spread", runtime="native"))
 
     hyp = ("Passing a token between OS processes is mostly kernel time (the seed's R12B-5: "
@@ -215,11 +215,11 @@ def claims(table: pd.DataFrame) -> list[Claim]:
             if len(table) else table)
     if not rows.empty:
         shares = _sys_shares(rows)
-        out.append(judged(NAME, hyp, crit, median_of(shares), ">=", MOSTLY_SYS,
+        out.append(judged(name, hyp, crit, median_of(shares), ">=", MOSTLY_SYS,
                           f"median sys share over {len(rows)} point(s), {_range(shares)}",
                           runtime="native", unit="", spec=".3f"))
     else:
-        out.append(inconclusive(NAME, hyp, crit, "no process ring with a sys share measured",
+        out.append(inconclusive(name, hyp, crit, "no process ring with a sys share measured",
                                 runtime="native"))
 
     hyp = ("Passing without locks or kernel wake-ups cuts sys time and is faster (the seed's "
@@ -237,18 +237,18 @@ def claims(table: pd.DataFrame) -> list[Claim]:
         best_sys, thread_sys = (observed_estimate(best, "sys_share"),
                                 observed_estimate(thread, "sys_share"))
         sys_ratio = best_sys / thread_sys
-        parts = [judged(NAME, hyp, crit, speed, ">=", FASTER),
-                 judged(NAME, hyp, crit, sys_ratio, "<=", 0.5)]
-        sides = {name: {"variant": row["variant"], "binding": row["binding"],
-                        "workers": row["workers"]}
-                 for name, row in ((str(best["variant"]), best), ("thread", thread))}
+        parts = [judged(name, hyp, crit, speed, ">=", FASTER),
+                 judged(name, hyp, crit, sys_ratio, "<=", 0.5)]
+        sides = {label: {"variant": row["variant"], "binding": row["binding"],
+                         "workers": row["workers"]}
+                 for label, row in ((str(best["variant"]), best), ("thread", thread))}
         out.append(replace(_all_of(parts, (
             f"messages/s {speed.show(unit='x')} the {int(thread['workers'])}-thread ring (best: "
             f"{best['variant']}, {best['binding']}); sys share {sys_ratio.show(unit='x')} the "
             f"thread ring's ({best_sys.value:.0%} vs {thread_sys.value:.0%})")),
             why=why(table, ("cpu_sys_share", *PASSING_COUNTERS), sides)))
     else:
-        out.append(inconclusive(NAME, hyp, crit, "no asyncio/uvloop ring or no unbound "
+        out.append(inconclusive(name, hyp, crit, "no asyncio/uvloop ring or no unbound "
                                 "thread ring"))
     erl = table[table["variant"] == "erlang"] if len(table) else table
     if not erl.empty:
@@ -260,14 +260,14 @@ def claims(table: pd.DataFrame) -> list[Claim]:
         if not many.empty:
             shares = _sys_shares(many)
             fastest, _ = _best(many)
-            out.append(judged(NAME, hyp, crit, median_of(shares), "<", ERLANG_MOSTLY_USER,
+            out.append(judged(name, hyp, crit, median_of(shares), "<", ERLANG_MOSTLY_USER,
                               f"median sys share over {len(many)} point(s), {_range(shares)}; "
                               f"{_split(fastest)} at the fastest ({int(fastest['workers'])} "
                               f"schedulers, {fastest['binding']}, {fastest['rate']:,.0f} "
                               "messages/s)",
                               runtime="erlang", unit="", spec=".3f"))
         else:
-            out.append(inconclusive(NAME, hyp, crit, "no erlang ring on 2+ schedulers with a "
+            out.append(inconclusive(name, hyp, crit, "no erlang ring on 2+ schedulers with a "
                                     "sys share measured", runtime="erlang"))
     return out
 

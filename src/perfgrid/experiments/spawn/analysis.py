@@ -22,9 +22,9 @@ from perfgrid.analysis import (
     why,
     without_erlang,
 )
+from perfgrid.experiments.base import Experiment
 from perfgrid.stats import Estimate
 
-NAME = "spawn"
 #: what one CPU saves a chain: the scheduler's context switches and migrations per spawn
 SCHEDULING_COUNTERS = ("ctx_switches_per_unit", "migrations_per_unit", "task_clock_ns_per_unit")
 #: what a spawn costs: CPU time, page faults (a fork copies page tables) and kernel share
@@ -70,7 +70,7 @@ SEED_US = 0.5
 ABOUT_US = 1.0
 
 
-def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
+def plot(table: pd.DataFrame, out_dir: Path, experiment: Experiment) -> list[Path]:
     """Rate per primitive by chains (log scale), per binding; CPU per spawn and its sys share."""
     written: list[Path] = []
     order = plot_setup(table)
@@ -116,13 +116,14 @@ def _any_rate(rows: pd.DataFrame) -> bool:
     return "rate" in rows and rows["rate"].notna().any()
 
 
-def claims(table: pd.DataFrame) -> list[Claim]:
+def claims(table: pd.DataFrame, experiment: Experiment) -> list[Claim]:
     """A per-spawn syscall costs throughput; one CPU beats SMP for a chain; spawn cost.
 
     Each compared figure is an :class:`~perfgrid.stats.Estimate` from the rows' raw values,
     and each verdict comes from its 95 % interval (:func:`~perfgrid.analysis.judged`).
     """
     out: list[Claim] = []
+    name = experiment.name
     free = table[table["binding"] == "none"] if len(table) else table
 
     hyp = ("A syscall on the spawn path costs throughput (seed: removing a clock_gettime per "
@@ -138,7 +139,7 @@ def claims(table: pd.DataFrame) -> list[Claim]:
             shares = {c: rows[rows["chains"] == c]["sys_share"].max() for c in (1, 100)}
             sys_text = f"; sys {shares[1]:.0%} vs {shares[100]:.0%}"
         saved_us = (1 / float(one) - 1 / float(many)) * 1e6
-        out.append(judged(NAME, hyp, crit, many / one, ">=", SYSCALL_COSTS,
+        out.append(judged(name, hyp, crit, many / one, ">=", SYSCALL_COSTS,
                           f"({one:,.0f} -> {many:,.0f} spawns/s; "
                           f"{saved_us:.2f} us per spawn saved{sys_text})",
                           why=why(free, ("task_clock_ns_per_unit", "cpu_sys_share",
@@ -147,10 +148,11 @@ def claims(table: pd.DataFrame) -> list[Claim]:
                                                                  "chains": c}
                                    for c in (1, 100)})))
     else:
-        out.append(inconclusive(NAME, hyp, crit, "no asyncio_task rows at 1 and 100 chains "
+        out.append(inconclusive(name, hyp, crit, "no asyncio_task rows at 1 and 100 chains "
                                 "under binding none"))
 
-    for variant, runtime in (("native_pthread", "native"), ("thread", "python")):
+    for variant in ("native_pthread", "thread"):
+        runtime = experiment.runtime({"variant": variant})
         hyp = ("One scheduler beats SMP for a serial chain (seed: 749,027 vs 402,022 spawns/s, "
                "1 vs 2 schedulers)")
         crit = (f"{variant}, 1 chain: rate with every unit on one CPU (single) >= "
@@ -158,11 +160,11 @@ def claims(table: pd.DataFrame) -> list[Claim]:
         single = rate_at(table, variant=variant, chains=1, binding="single") if len(table) else None
         smp = rate_at(table, variant=variant, chains=1, binding="none") if len(table) else None
         if single and smp:
-            out.append(judged(NAME, hyp, crit, single / smp, ">=", SINGLE_BEATS,
+            out.append(judged(name, hyp, crit, single / smp, ">=", SINGLE_BEATS,
                               f"({single:,.0f} vs {smp:,.0f} spawns/s)", runtime,
                               why=why(table, SCHEDULING_COUNTERS, _sides(variant))))
         else:
-            out.append(inconclusive(NAME, hyp, crit, f"no 1-chain {variant} rows under both "
+            out.append(inconclusive(name, hyp, crit, f"no 1-chain {variant} rows under both "
                                     "single and none", runtime))
 
     hyp = f"Creating and tearing down a unit costs about {SEED_US} us (seed, Erlang)"
@@ -171,25 +173,26 @@ def claims(table: pd.DataFrame) -> list[Claim]:
     rows = ports[ports["chains"] == 1] if len(ports) else ports
     if len(rows) and _any_rate(rows):
         best, us = _us_per_spawn(rows)
-        out.append(judged(NAME, hyp, crit, us, "<=", ABOUT_US,
+        out.append(judged(name, hyp, crit, us, "<=", ABOUT_US,
                           f"({best['variant']}, {best['binding']}; best of {len(rows)} "
                           "1-chain rows)", str(best.get("runtime", "python")), unit=" us",
                           why=why(rows, COST_COUNTERS,
                                   {str(best["variant"]): {"variant": best["variant"],
                                                           "binding": best["binding"]}})))
     elif len(rows):
-        out.append(inconclusive(NAME, hyp, crit, "no estimate (missing or NaN rate) in the "
+        out.append(inconclusive(name, hyp, crit, "no estimate (missing or NaN rate) in the "
                                 "1-chain rows"))
     else:
-        out.append(inconclusive(NAME, hyp, crit, "no 1-chain rows"))
+        out.append(inconclusive(name, hyp, crit, "no 1-chain rows"))
     erl = by_runtime(table, "erlang") if len(table) else table
     if len(erl):
-        out += _erlang_claims(erl)
+        out += _erlang_claims(erl, name)
     return out
 
 
-def _erlang_claims(erl: pd.DataFrame) -> list[Claim]:
-    """The seed's claims on Erlang today: one scheduler beats SMP; ~0.5 us per spawn."""
+def _erlang_claims(erl: pd.DataFrame, name: str) -> list[Claim]:
+    """The seed's claims on Erlang today, as experiment ``name``'s: one scheduler beats
+    SMP; ~0.5 us per spawn."""
     out: list[Claim] = []
     hyp = ("One scheduler beats SMP for a serial chain of Erlang processes (seed: 749,027 vs "
            "402,022 spawns/s, 1 vs 2 schedulers)")
@@ -200,11 +203,11 @@ def _erlang_claims(erl: pd.DataFrame) -> list[Claim]:
     if single and smp:
         bound = rate_at(erl, chains=1, binding="compact")
         extra = f"; bound SMP (+sbt db) {bound:,.0f}" if bound else ""
-        out.append(judged(NAME, hyp, crit, single / smp, ">=", SINGLE_BEATS,
+        out.append(judged(name, hyp, crit, single / smp, ">=", SINGLE_BEATS,
                           f"({single:,.0f} vs {smp:,.0f} spawns/s{extra})", "erlang",
                           why=why(erl, SCHEDULING_COUNTERS, _sides("erlang"))))
     else:
-        out.append(inconclusive(NAME, hyp, crit, "no 1-chain erlang rows under both single "
+        out.append(inconclusive(name, hyp, crit, "no 1-chain erlang rows under both single "
                                 "and none", "erlang"))
 
     hyp = f"Creating and tearing down an Erlang process costs about {SEED_US} us (seed)"
@@ -212,15 +215,15 @@ def _erlang_claims(erl: pd.DataFrame) -> list[Claim]:
     rows = erl[erl["chains"] == 1]
     if len(rows) and _any_rate(rows):
         best, us = _us_per_spawn(rows)
-        out.append(judged(NAME, hyp, crit, us, "<=", ABOUT_US,
+        out.append(judged(name, hyp, crit, us, "<=", ABOUT_US,
                           f"({best['binding']}, {best['rate']:,.0f} spawns/s)", "erlang",
                           unit=" us", why=why(rows, COST_COUNTERS,
                                               {best["binding"]: {"binding": best["binding"]}})))
     elif len(rows):
-        out.append(inconclusive(NAME, hyp, crit, "no estimate (missing or NaN rate) in the "
+        out.append(inconclusive(name, hyp, crit, "no estimate (missing or NaN rate) in the "
                                 "1-chain erlang rows", "erlang"))
     else:
-        out.append(inconclusive(NAME, hyp, crit, "no 1-chain erlang rows", "erlang"))
+        out.append(inconclusive(name, hyp, crit, "no 1-chain erlang rows", "erlang"))
     return out
 
 

@@ -27,6 +27,7 @@ from perfgrid.analysis import (
     save,
     why,
 )
+from perfgrid.experiments.base import Experiment
 from perfgrid.stats import (
     METHOD_BINOMIAL,
     Bounds,
@@ -38,7 +39,6 @@ from perfgrid.stats import (
     reduce,
 )
 
-NAME = "syscall"
 _SOURCE = ("seed E3 (002_8ebf3a0e202d2726.txt), 8 cores (2x Xeon E5450 3.0 GHz), "
            "Erlang R13B02 patched to expose getuid, schedulers bound (+sct db)")
 #: the seed's one published point: 8 bound workers, ~30 M calls/s in total
@@ -82,7 +82,7 @@ SCALING_COUNTERS = ("task_clock_ns_per_unit", "ctx_switches_per_unit", "migratio
 EXTRA_COLUMNS = ["rate_per_worker", "calls_per_cpu_s", "sys_share", "worker_cpus"]
 
 
-def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
+def plot(table: pd.DataFrame, out_dir: Path, experiment: Experiment) -> list[Path]:
     """Total rate by workers per binding (hue call, style runtime); CPU efficiency and split."""
     written: list[Path] = []
     order = plot_setup(table)
@@ -163,13 +163,14 @@ def _both(sides: list[Claim], measured: str) -> Claim:
                                     zip(("clock_gettime", "getuid"), sides, strict=True)))
 
 
-def claims(table: pd.DataFrame) -> list[Claim]:
+def claims(table: pd.DataFrame, experiment: Experiment) -> list[Claim]:
     """Linear scaling of bound workers up to the CPUs, none past them, no contention, vDSO.
 
     Rates come with their intervals from the raw values, CPU-time figures from each worker
     process's own observations; every verdict is decided by a 95 % interval.
     """
     out: list[Claim] = []
+    name = experiment.name
     getuid = table[table["call"] == "getuid"] if len(table) else table
     bind, bound = _bound(getuid)
     cpus = cpu_count(table)
@@ -184,11 +185,11 @@ def claims(table: pd.DataFrame) -> list[Claim]:
                       {f"{w}w {b}": {"workers": w, "binding": b}
                        for w, b in ((1, bind), (2, bind), (2, "none"))})
         if one and two and cpus >= 2:
-            out.append(judged(NAME, hyp, crit, two / one, ">=", LINEAR,
+            out.append(judged(name, hyp, crit, two / one, ">=", LINEAR,
                               f"({one / 1e6:.2f} -> {two / 1e6:.2f} M calls/s)", runtime,
                               why=because))
         else:
-            out.append(inconclusive(NAME, hyp, crit, "no bound getuid rows at 1 and 2 workers "
+            out.append(inconclusive(name, hyp, crit, "no bound getuid rows at 1 and 2 workers "
                                     "on 2+ CPUs", runtime, why=because))
 
         hyp = "More workers than CPUs cannot raise the rate further"
@@ -197,13 +198,13 @@ def claims(table: pd.DataFrame) -> list[Claim]:
         most = int(rows["workers"].max()) if len(rows) else 0
         at_cpus, at_most = rate_at(rows, workers=cpus), rate_at(rows, workers=most)
         if at_cpus and at_most and most > cpus:
-            out.append(judged(NAME, hyp, crit, at_most / at_cpus, "<=", NO_FURTHER,
+            out.append(judged(name, hyp, crit, at_most / at_cpus, "<=", NO_FURTHER,
                               f"({most} workers vs {cpus})", runtime,
                               why=why(rows, SCALING_COUNTERS,
                                       {f"{cpus} workers": {"workers": cpus},
                                        f"{most} workers": {"workers": most}})))
         else:
-            out.append(inconclusive(NAME, hyp, crit, "no bound getuid rows at the CPU count "
+            out.append(inconclusive(name, hyp, crit, "no bound getuid rows at the CPU count "
                                     "and beyond it", runtime))
 
     hyp = "Bound workers do not contend: each call costs the same CPU time however many run"
@@ -216,19 +217,19 @@ def claims(table: pd.DataFrame) -> list[Claim]:
         if len(first) and len(last) and most > 1:
             a = observed_estimate(first.iloc[0], "calls_per_cpu_s")
             b = observed_estimate(last.iloc[0], "calls_per_cpu_s")
-            out.append(judged(NAME, hyp, crit, b / a, ">=", NO_CONTENTION,
+            out.append(judged(name, hyp, crit, b / a, ">=", NO_CONTENTION,
                               f"({a / 1e6:.2f} -> {b / 1e6:.2f} M per CPU-s, {most} workers)",
                               "native", why=why(rows, SCALING_COUNTERS,
                                                 {"1 worker": {"workers": 1},
                                                  f"{most} workers": {"workers": most}})))
         else:
-            out.append(inconclusive(NAME, hyp, crit, "no native bound getuid rows at 1 and "
+            out.append(inconclusive(name, hyp, crit, "no native bound getuid rows at 1 and "
                                     "more workers", "native"))
     else:
-        out.append(inconclusive(NAME, hyp, crit, "no native bound getuid rows with CPU times",
+        out.append(inconclusive(name, hyp, crit, "no native bound getuid rows with CPU times",
                                 "native"))
 
-    out.append(vdso_claim(table))
+    out.append(vdso_claim(table, name))
     return out
 
 
@@ -291,16 +292,18 @@ def tick_share(row: pd.Series, key) -> Estimate | Bounds:
     return from_points(binomial_share(ticks if share else 0, ticks, basis), estimate.points)
 
 
-def _shares(clock: pd.DataFrame, uid: pd.DataFrame, hyp: str, why_not: str) -> Claim:
-    """The vDSO claim judged by CPU-time shares, where no syscall count decides it."""
+def _shares(clock: pd.DataFrame, uid: pd.DataFrame, hyp: str, why_not: str,
+            name: str) -> Claim:
+    """The vDSO claim (experiment ``name``'s) judged by CPU-time shares, where no syscall
+    count decides it."""
     crit = (f"native, 1 worker: clock_gettime spends < {VDSO_SYS:.0%} of its CPU in the "
             f"kernel while getuid spends more (CPU-time shares: no syscall count)")
     # the worst case of each side over the bindings: clock's least user share, getuid's
     # least sys share
     clock_user = reduce([tick_share(r, user_share) for _, r in clock.iterrows()], np.min)
     uid_sys = reduce([tick_share(r, "sys_share") for _, r in uid.iterrows()], np.min)
-    sides = [judged(NAME, hyp, crit, clock_user, ">", 1 - VDSO_SYS, "", "native", "", ".1%"),
-             judged(NAME, hyp, crit, uid_sys, ">", VDSO_SYS, "", "native", "", ".1%")]
+    sides = [judged(name, hyp, crit, clock_user, ">", 1 - VDSO_SYS, "", "native", "", ".1%"),
+             judged(name, hyp, crit, uid_sys, ">", VDSO_SYS, "", "native", "", ".1%")]
     speed = float(clock["rate"].max()) / float(uid["rate"].max())
     claim = _both(sides, f"clock_gettime user share {clock_user.show('.1%')} (sys "
                          f"{1 - clock_user.value:.1%}) vs getuid sys share "
@@ -311,9 +314,10 @@ def _shares(clock: pd.DataFrame, uid: pd.DataFrame, hyp: str, why_not: str) -> C
     return replace(claim, reason=f"{claim.reason}; {notes}")
 
 
-def vdso_claim(table: pd.DataFrame) -> Claim:
+def vdso_claim(table: pd.DataFrame, name: str) -> Claim:
     """clock_gettime makes no syscall, unlike getuid: decided by counting the syscalls
-    the counted loops entered (perf's ``raw_syscalls:sys_enter``), else by CPU-time shares.
+    the counted loops entered (perf's ``raw_syscalls:sys_enter``), else by CPU-time shares;
+    a claim of experiment ``name``.
 
     A native count includes each counting pass's program start-up (``counters_scope``):
     nothing is subtracted from the value; each side's lower end is taken
@@ -329,7 +333,7 @@ def vdso_claim(table: pd.DataFrame) -> Claim:
     clock = rows[rows["call"] == "clock_gettime"] if len(rows) else rows
     uid = rows[rows["call"] == "getuid"] if len(rows) else rows
     if not (len(clock) and len(uid)):
-        return inconclusive(NAME, hyp, crit, "no native 1-worker clock_gettime and getuid "
+        return inconclusive(name, hyp, crit, "no native 1-worker clock_gettime and getuid "
                             "rows", "native")
     because = why(rows, ("cpu_sys_share", "task_clock_ns_per_unit", "ctx_switches_per_unit"),
                   {"clock_gettime": {"call": "clock_gettime"}, "getuid": {"call": "getuid"}})
@@ -338,13 +342,13 @@ def vdso_claim(table: pd.DataFrame) -> Claim:
         why_not = "; ".join(f"{side}: {text}" for side, text in
                             (("clock_gettime", clock_why), ("getuid", uid_why)) if text)
         if "sys_share" not in rows:
-            return inconclusive(NAME, hyp, crit, f"no syscall count ({why_not}) and no CPU "
+            return inconclusive(name, hyp, crit, f"no syscall count ({why_not}) and no CPU "
                                 "shares", "native", why=because)
-        return replace(_shares(clock, uid, hyp, why_not), why=because)
+        return replace(_shares(clock, uid, hyp, why_not, name), why=because)
     scope = (f"each count covers the counted loops and, per pass, its program's start-up "
              f"(lower ends allow {STARTUP_SYSCALLS:,} start-up syscalls a pass)")
-    sides = [judged(NAME, hyp, crit, clock_count, "<", VDSO_CALLS, "", "native", "", ".4g"),
-             judged(NAME, hyp, crit, uid_count, ">=", GETUID_CALLS, "", "native", "", ".4g")]
+    sides = [judged(name, hyp, crit, clock_count, "<", VDSO_CALLS, "", "native", "", ".4g"),
+             judged(name, hyp, crit, uid_count, ">=", GETUID_CALLS, "", "native", "", ".4g")]
     shares = ""
     if "sys_share" in rows:
         clock_sys = reduce([observed_estimate(r, "sys_share") for _, r in clock.iterrows()],

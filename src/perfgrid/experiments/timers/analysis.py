@@ -21,10 +21,10 @@ from perfgrid.analysis import (
     why,
     without_erlang,
 )
-from perfgrid.experiments.timers import CLAIM_TASKS, EXPERIMENT, SEED_SCALE
+from perfgrid.experiments.base import Experiment
+from perfgrid.experiments.timers import CLAIM_TASKS, SEED_SCALE
 from perfgrid.stats import Estimate, geometric_mean, reduce
 
-NAME = "timers"
 _SOURCE = "seed E4 (003_144b45fd69b1821c.txt), Erlang R13B, -smp disable (1 scheduler)"
 SEED_EVENTS = 5_000_000
 
@@ -70,7 +70,7 @@ def _seed_scale(table: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
-def plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
+def plot(table: pd.DataFrame, out_dir: Path, experiment: Experiment) -> list[Path]:
     """Overhead and lateness vs tasks; the seed-scale walls beside their ideal."""
     written: list[Path] = []
     plot_setup(table)
@@ -145,22 +145,23 @@ def _best_of(rows: pd.DataFrame, estimates: list[Estimate]) -> tuple[pd.Series, 
     return rows.iloc[pick], reduce(estimates, np.min)
 
 
-def claims(table: pd.DataFrame) -> list[Claim]:
+def claims(table: pd.DataFrame, experiment: Experiment) -> list[Claim]:
     """The seed's wall is one sleep sequence; timers cost beyond it; GC; uvloop. The
     first two are checked on the Python loops and, where measured, on Erlang itself.
 
     The compared figures come from each worker process's own observations (wall, overhead,
     CPU seconds) as estimates with 95 % intervals; every verdict is decided by its interval.
     """
-    out = _seed_claims(without_erlang(table), "python")
+    name, axes = experiment.name, experiment.axes
+    out = _seed_claims(without_erlang(table), "python", experiment)
     erl = by_runtime(table, "erlang") if not table.empty else table
-    erlang_claims = _seed_claims(erl, "erlang") if not erl.empty else []
+    erlang_claims = _seed_claims(erl, "erlang", experiment) if not erl.empty else []
     hyp = "With 100,000+ tasks Python's cyclic GC takes over half the CPU of a storm"
     crit = (f"CPU seconds saved by gc off over gc on, same loop/seeding/scale, "
             f"{CLAIM_TASKS:,} tasks (the claim points, measured in rounds): share saved >= "
             f"{GC_HALF:.0%}, geometric mean of the CPU ratios over the pairs")
     claimed = table[table["tasks"] == CLAIM_TASKS] if not table.empty else table
-    pairs = _pairs(claimed, "gc", "off", "on")
+    pairs = _pairs(claimed, "gc", "off", "on", axes)
     if pairs:
         # a share saved >= GC_HALF is a CPU ratio off/on <= 1 - GC_HALF (a positive figure)
         ratios = [observed_estimate(off, cpu_seconds) / observed_estimate(on, cpu_seconds)
@@ -169,39 +170,40 @@ def claims(table: pd.DataFrame) -> list[Claim]:
         bounds = typical.interval()
         saved = (f"saves {1 - typical.value:.0%} [{1 - bounds[1]:.0%}, {1 - bounds[0]:.0%}]"
                  if bounds else f"saves {1 - typical.value:.0%}")
-        out.append(judged(NAME, hyp, crit, typical, "<=", 1 - GC_HALF,
+        out.append(judged(name, hyp, crit, typical, "<=", 1 - GC_HALF,
                           f"gc-off over gc-on CPU seconds, geometric mean over {len(pairs)} "
                           f"pair(s): "
                           f"{saved}; range {1 - max(r.value for r in ratios):.0%}-"
                           f"{1 - min(r.value for r in ratios):.0%}",
                           why=_why(without_erlang(table), "gc", "on", "off")))
     else:
-        out.append(inconclusive(NAME, hyp, crit, f"no gc on/off pair at {CLAIM_TASKS:,} tasks"))
+        out.append(inconclusive(name, hyp, crit, f"no gc on/off pair at {CLAIM_TASKS:,} tasks"))
 
     hyp = "uvloop fires a storm with less overhead than asyncio"
     crit = (f"same seeding/GC/scale, {CLAIM_TASKS:,} tasks (the claim points): uvloop "
             f"overhead <= {UVLOOP_HELPS:.1f}x asyncio's, geometric mean over the pairs")
-    pairs = _pairs(claimed, "variant", "uvloop", "asyncio")
+    pairs = _pairs(claimed, "variant", "uvloop", "asyncio", axes)
     if pairs:
         ratios = [observed_estimate(uv, overhead_s) / observed_estimate(aio, overhead_s)
                   for uv, aio in pairs]
-        out.append(judged(NAME, hyp, crit, geometric_mean(ratios), "<=", UVLOOP_HELPS,
+        out.append(judged(name, hyp, crit, geometric_mean(ratios), "<=", UVLOOP_HELPS,
                           f"uvloop/asyncio overhead, geometric mean over {len(ratios)} pair(s), "
                           "range "
                           f"{min(r.value for r in ratios):.2f}-"
                           f"{max(r.value for r in ratios):.2f}",
                           why=_why(table, "variant", "uvloop", "asyncio")))
     else:
-        out.append(inconclusive(NAME, hyp, crit, "no uvloop/asyncio pair (uvloop skipped?)"))
+        out.append(inconclusive(name, hyp, crit, "no uvloop/asyncio pair (uvloop skipped?)"))
     return out + erlang_claims
 
 
-def _seed_claims(table: pd.DataFrame, runtime: str) -> list[Claim]:
+def _seed_claims(table: pd.DataFrame, runtime: str, experiment: Experiment) -> list[Claim]:
     """The seed-scale claims on the rows of one runtime: the storms measured in rounds
-    (the claim points: uvloop and Erlang), else every seed-scale storm."""
+    (the experiment's claim points: uvloop and Erlang), else every seed-scale storm."""
     out: list[Claim] = []
+    name = experiment.name
     seed = _seed_scale(table) if not table.empty else table
-    claimed = claimed_rows(seed, EXPERIMENT)
+    claimed = claimed_rows(seed, experiment)
     if not claimed.empty:
         seed = claimed
     runtime_text = ("Erlang processes" if runtime == "erlang" else "best loop/GC of "
@@ -217,12 +219,12 @@ def _seed_claims(table: pd.DataFrame, runtime: str) -> list[Claim]:
         # the ideal is fixed by the draws: only the wall varies between processes
         best, ratio = _best_of(same, [observed_estimate(r, wall_s) / float(r["ideal_s"])
                                       for _, r in same.iterrows()])
-        out.append(judged(NAME, hyp, crit, ratio, "<=", 1 + NEAR_IDEAL,
+        out.append(judged(name, hyp, crit, ratio, "<=", 1 + NEAR_IDEAL,
                           f"wall over ideal ({best['wall_s']:.1f} s wall vs "
                           f"{best['ideal_s']:.1f} s ideal; {best['variant']}, gc {best['gc']}; "
                           f"seed: {SEED_ROWS[0]['wall_s']:.1f} s)", runtime, spec=".3f"))
     else:
-        out.append(inconclusive(NAME, hyp, crit, "no identical-seeding point at the seed's "
+        out.append(inconclusive(name, hyp, crit, "no identical-seeding point at the seed's "
                                 "scale (500,000 tasks x 10 rounds x 10 s)", runtime))
 
     hyp = ("Timer handling is costly: with independent streams a storm of 5,000,000 timers "
@@ -233,13 +235,13 @@ def _seed_claims(table: pd.DataFrame, runtime: str) -> list[Claim]:
     if not apart.empty:
         best, share = _best_of(apart, [observed_estimate(r, overhead_share)
                                        for _, r in apart.iterrows()])
-        out.append(judged(NAME, hyp, crit, share, ">=", COSTLY,
+        out.append(judged(name, hyp, crit, share, ">=", COSTLY,
                           f"of the wall (overhead {best['overhead_s']:.1f} s of "
                           f"{best['wall_s']:.1f} s; {best['variant']}, gc {best['gc']}; "
                           f"{best['rate']:,.0f} events/s, CPU {best['cpu_pct']:.0f}%)",
                           runtime, unit="", spec=".1%"))
     else:
-        out.append(inconclusive(NAME, hyp, crit, "no independent-seeding point at the seed's "
+        out.append(inconclusive(name, hyp, crit, "no independent-seeding point at the seed's "
                                 "scale (500,000 tasks x 10 rounds x 10 s)", runtime))
     return out
 
@@ -255,11 +257,11 @@ def _why(table: pd.DataFrame, axis: str, *values: str) -> str:
                                        for v in values})
 
 
-def _pairs(table: pd.DataFrame, axis: str, num: str,
-           den: str) -> list[tuple[pd.Series, pd.Series]]:
-    """(row at axis=num, row at axis=den) for each point measured at both, the other axes
-    equal."""
-    return [(a.iloc[0], b.iloc[0]) for _, a, b in across(table, axis, num, den, EXPERIMENT.axes)]
+def _pairs(table: pd.DataFrame, axis: str, num: str, den: str,
+           axes: tuple[str, ...]) -> list[tuple[pd.Series, pd.Series]]:
+    """(row at axis=num, row at axis=den) for each point measured at both, the other
+    ``axes`` (the experiment's) equal."""
+    return [(a.iloc[0], b.iloc[0]) for _, a, b in across(table, axis, num, den, axes)]
 
 
 def notes(table: pd.DataFrame) -> list[str]:
