@@ -144,6 +144,10 @@ def test_claims_csv_gives_back_every_field_of_every_claim(tmp_path: Path):
     assert all(math.isnan(first[k]) for k in numbers)
     assert {k: v for k, v in first.items() if k not in numbers} == {
         k: v for k, v in claims[0].as_row().items() if k not in numbers}
+    # a claims.csv from before claims named their points reads with none
+    frame = pd.read_csv(path, keep_default_na=False).drop(columns=["points"])
+    frame.to_csv(tmp_path / "older.csv", index=False)
+    assert [c.point_keys for c in read_claims(tmp_path / "older.csv")] == [(), ()]
     path.write_text(path.read_text().replace("reproduced", "sort of", 1))
     with pytest.raises(ValueError, match="claims.csv line 3: verdict: 'sort of'"):
         read_claims(path)

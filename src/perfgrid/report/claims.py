@@ -24,7 +24,7 @@ CLAIM_COLUMNS = ["experiment", "hypothesis", "criterion", "measured", "verdict",
 #: the columns of ``claims.csv``: every field of :class:`Claim`, in its order
 CLAIM_FIELDS = [f.name for f in dataclasses.fields(Claim)]
 #: columns a ``claims.csv`` of an older perfgrid may lack (read as empty)
-OPTIONAL_CLAIM_FIELDS = ("basis", "level")
+OPTIONAL_CLAIM_FIELDS = ("basis", "level", "points")
 
 
 def _claims_frame(claims: list[Claim]) -> pd.DataFrame:
