@@ -298,3 +298,40 @@ def test_the_report_says_which_points_a_look_kept(tmp_path) -> None:
     [line] = look_notes(Layout(tmp_path), "spawn")
     assert "intervals at 99.0%" in line
     assert line.endswith("the next rounds were measured at the 2 points those claims compare.")
+
+
+@pytest.mark.pipeline
+def test_a_look_lets_the_rounds_of_decided_claims_go_in_a_real_run(tmp_path) -> None:
+    """A tiny file_read run with a look after 2 of 3 rounds: the third round runs exactly
+    at the points the look left open (none become jobs elsewhere), the table has their
+    rounds, and an up-to-date dry run plans nothing."""
+    import pandas as pd
+
+    from perfgrid import experiments
+
+    from helpers import CONFIG, copy_workflow, run
+
+    section = {**CONFIG["file_read"], "variants": ["read", "readinto", "dd"],
+               "measure": {**CONFIG["file_read"]["measure"], "claims": {
+                   "processes": 1, "values": 1, "target_ci": None, "rounds": 3,
+                   "looks": [2]}}}
+    root = copy_workflow(tmp_path, {**CONFIG, "host": "looks", "file_read": section})
+    run(root, "--cores", "2")
+    results = root / "results" / "looks"
+    record = json.loads((results / "looks" / "file_read" / "after-2-rounds.json").read_text())
+    exp = experiments.get("file_read")
+    table = pd.read_csv(results / "tables" / "file_read.csv")
+    claimed = [row for row in table.to_dict("records") if exp.used_by_claims(row)]
+    assert claimed
+    for row in claimed:
+        key = exp.point_key(row)
+        third = list((results / "raw" / "file_read").rglob("round=3.json"))
+        kept = looks.measures(record, key)
+        assert any(key == exp.point_key(_point_of(p)) for p in third) == kept, key
+        assert row["n_rounds"] == (3 if kept else 2), key
+    assert "Nothing to be done" in run(root, "-n")
+
+
+def _point_of(path) -> dict:
+    """The axes of a raw result's path (``.../variant=dd/cache=warm/.../round=3.json``)."""
+    return dict(part.split("=", 1) for part in path.parent.parts if "=" in part)
