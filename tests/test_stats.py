@@ -297,3 +297,22 @@ def test_a_geometric_mean_of_estimates_without_common_blocks_combines_them_as_in
     low, high = mean.interval()
     assert low < mean.value < high
     assert mean.ci_rel < max(p.ci_rel for p in parts)
+
+
+def test_a_best_of_chosen_on_first_blocks_names_only_the_chosen_row() -> None:
+    """The choice is made on the blocks every row has; after it only the chosen row's
+    blocks count, those a look let it have beyond the others' too, so it alone is named
+    for more rounds."""
+    rng = np.random.default_rng(7)
+    rows = []
+    for i in range(6):
+        rounds = 10 if i == 3 else 5  # row 3 is best and was kept on by a look
+        logs = np.log(2.0 if i == 3 else 1.0) + rng.normal(0, 0.02, rounds)
+        rows.append(stats.from_points(stats.paired(float(np.exp(logs.mean())),
+                                                   dict(enumerate(logs.tolist(), 1))),
+                                      frozenset({f"row={i}"})))
+    best = stats.reduce(rows, np.max)
+    assert best.chosen == 3 and best.points == {"row=3"}
+    # chosen on the first of the 5 shared rounds, estimated on its other 9
+    assert sorted(best.blocks) == list(range(2, 11))
+    assert best.value == pytest.approx(2.0, rel=0.03)

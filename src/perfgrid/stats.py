@@ -432,7 +432,10 @@ def reduce(parts: Sequence[Estimate | Bounds],
     k = len(parts)
     common = _common_blocks(parts)
     if name in ("max", "min") and k >= CHOOSE_FROM and common and len(common) >= 4:
-        return from_points(_chosen_on_first_blocks(parts, common, name), points)
+        found = _chosen_on_first_blocks(parts, common, name)
+        # the choice is made on blocks all rows have; from there on only the chosen row's
+        # blocks count, so only its point is worth more rounds (perfgrid.looks)
+        return from_points(found, points_of(parts[found.chosen]))
     plain_lo, plain_hi = _ONE_ROW.get(getattr(how, "__name__", ""), (False, False))
 
     def bounds(level: float) -> Interval | None:
@@ -512,7 +515,11 @@ def _chosen_on_first_blocks(parts: Sequence[Estimate], labels: list[Any],
     first = max(1, len(labels) // 3)
     logs = np.array([[p.blocks[b] for b in labels] for p in parts])  # rows x blocks
     row = int(np.argmax(sign * logs[:, :first].mean(axis=1)))
-    kept = dict(zip(labels[first:], logs[row, first:].tolist(), strict=True))
+    chosen_on = set(labels[:first])
+    # the chosen row's every other block, those beyond the shared ones too (a look kept its
+    # point on after the other rows stopped)
+    kept = {b: v for b, v in sorted(parts[row].blocks.items(), key=lambda kv: _label_order(
+        kv[0])) if b not in chosen_on}
     value = float(np.exp(np.mean(list(kept.values()))))
     found = paired(value, kept, reduced=f"{name} of {len(parts)} rows chosen on the first "
                                         f"{first} of {len(labels)} rounds")
