@@ -119,8 +119,7 @@ def _claim_level(points: frozenset[str]) -> float:
     if found is None or not points:
         return current_level()
     passes, at = found
-    count = max(passes.get(p, 1) for p in points)
-    return looks.level(count, at if at is not None and at < count else None)
+    return looks.level(max(passes.get(p, 1) for p in points), at)
 
 
 def all_of(verdicts: list[str]) -> str:
@@ -328,6 +327,19 @@ def claims_of(name: str, table, at: int | None = None) -> list[Claim]:
     by the looks its own points pass; a claim whose points are unknown takes the most
     any point passes."""
     from perfgrid import experiments, looks
+
+    passes = looks_by_point(table)
+    token = _LOOKS.set((passes, at))
+    try:
+        with decision_level(looks.level(max(passes.values(), default=1), at)):
+            return module(name).claims(quiet(table), experiments.get(name))
+    finally:
+        _LOOKS.reset(token)
+
+
+def looks_by_point(table) -> dict[str, int]:
+    """Point key -> the looks it passes (the table's ``claims_looks``), for the points
+    measured past a look; a point not listed is judged once."""
     from perfgrid.aggregate import point_of
 
     planned = table.get("claims_looks")
@@ -336,13 +348,7 @@ def claims_of(name: str, table, at: int | None = None) -> list[Claim]:
         for (_, row), count in zip(table.iterrows(), planned, strict=True):
             if count == count:  # not NaN
                 passes.update(dict.fromkeys(point_of(row), int(count)))
-    most = max(passes.values(), default=1)
-    token = _LOOKS.set((passes, at))
-    try:
-        with decision_level(looks.level(most, at if at is not None and at < most else None)):
-            return module(name).claims(quiet(table), experiments.get(name))
-    finally:
-        _LOOKS.reset(token)
+    return passes
 
 
 def plot_setup(table) -> list[str]:

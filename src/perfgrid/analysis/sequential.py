@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgrid import aggregate, looks
-from perfgrid.analysis import claims_of
+from perfgrid.analysis import claims_of, looks_by_point
 
 #: a claim whose chance of being decided by the cap is below this no longer holds the run
 FUTILE = 0.2
@@ -57,15 +57,11 @@ def level_of(claim: Any) -> float:
 
 
 def _growing(table: Any, at: int | None) -> set[str]:
-    """The points measured in rounds after look ``at``: those that pass more looks (the
-    table's ``claims_looks``); a claim on none of them has all its data already."""
-    from perfgrid.aggregate import point_of
-
-    planned = table.get("claims_looks") if at is not None else None
-    if planned is None:
+    """The points measured in rounds after look ``at``: those that pass more looks; a
+    claim on none of them has all its data already."""
+    if at is None:
         return set()
-    return {key for (_, row), count in zip(table.iterrows(), planned, strict=True)
-            if count == count and int(count) > at for key in point_of(row)}
+    return {key for key, count in looks_by_point(table).items() if count > at}
 
 
 def judge(experiment: str, results: Sequence[str | Path], blocks: int, planned: int,
