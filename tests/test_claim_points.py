@@ -75,11 +75,11 @@ def test_claim_points_get_the_claims_repetitions() -> None:
              "block_size": 1024}
     claimed = planning.measure_of(cfg, "file_read", point)
     other = planning.measure_of(cfg, "file_read", {**point, "block_size": 4096})
-    # up to ten rounds (blocks) of one process each, spread over the run, the last five
-    # only for claims a look leaves open; the rest: one job of 2 values
-    assert (claimed["rounds"], claimed["processes"], claimed["values"]) == (10, 1, 1)
+    # up to twenty rounds (blocks) of one process each, spread over the run, those after
+    # the fifth only for claims a look leaves open; the rest: one job of 2 values
+    assert (claimed["rounds"], claimed["processes"], claimed["values"]) == (20, 1, 1)
     assert (other["rounds"], other["processes"], other["values"]) == (1, 1, 2)
-    assert planning.rounds_of(cfg, "file_read", point) == 10
+    assert planning.rounds_of(cfg, "file_read", point) == 20
     assert planning.rounds_of(cfg, "file_read", {**point, "block_size": 4096}) == 1
     # Erlang's 1 KiB reads (~30 s a round) keep to the rounds before the look
     erlang = {**point, "variant": "erlang_read"}

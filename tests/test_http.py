@@ -30,7 +30,7 @@ from perfgrid.experiments.http import load as http_load
 from perfgrid.experiments.http import server as http_server
 from perfgrid.experiments.http.supervisor import ServerGroup
 
-from helpers import REPO, gone, needs, snakemake, write_config
+from helpers import FULL, REPO, gone, needs, snakemake, write_config
 from synthetic import LEVELS, expected_verdict, row, single
 
 EXP = get("http")
@@ -759,3 +759,15 @@ def test_claims_compare_the_seed_loads_of_more_than_one_connection():
     assert EXPERIMENT.used_by_claims({**seed_load, "concurrency": 10})
     assert not EXPERIMENT.used_by_claims({**seed_load, "concurrency": 10, "keepalive": "on"})
     assert EXPERIMENT.counted_by_default({**seed_load, "concurrency": 1})
+
+
+@pytest.mark.parametrize(("variant", "rounds"), [("asyncio", 3), ("uvloop", 3), ("erlang", 6)])
+def test_the_full_run_gives_erlangs_short_loads_more_rounds_than_pythons(variant, rounds):
+    """Python's claim points keep the seed's three runs of ab; Erlang's ~3 s loads get
+    the config's rounds (its claims then have intervals from 5 degrees of freedom)."""
+    from perfgrid import planning
+
+    point = {"variant": variant, "client": "ab", "keepalive": "off", "binding": "none",
+             "workers": 2, "concurrency": 100}
+    cfg = settings.effective(FULL, check_disk=False)
+    assert planning.rounds_of(cfg, "http", point) == rounds

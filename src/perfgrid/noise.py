@@ -22,10 +22,11 @@ import psutil
 #: measurements of a round made again, at most, while other processes were busy beyond
 #: ``noise.busy_share`` over its measured window (perfgrid.bench)
 MAX_REMEASURES = 2
-#: how long one look at the CPUs lasts (25 clock ticks a CPU: enough to tell a quarter
-#: busy from idle; it is most of a quick job's overhead, 945 times a full run), and how
-#: many looks before giving up
-SAMPLE_S = 0.25
+#: how long one look at the CPUs lasts before a measurement (10 clock ticks a CPU: enough
+#: to tell a quarter busy from idle; whether the measurement itself was disturbed is
+#: judged over its own window), and how many looks before giving up. Every job pays it,
+#: about 1,600 times a full run: 0.25 s cost 6.5 minutes of the 90 (the run of 2d93450)
+SAMPLE_S = 0.1
 MAX_CHECKS = 5
 
 

@@ -127,6 +127,9 @@ def _error_kinds(result: load.LoadResult) -> str:
 #: how the seed loaded its server: ab without keep-alive; the points so loaded are the
 #: ones the claims compare (analysis.py)
 SEED_LOAD = {"client": "ab", "keepalive": "off"}
+#: rounds of a Python claim point, rather than ``measure.claims.rounds``: three, as the
+#: seed ran ab three times (a load takes 4-25 s here); Erlang's loads (~3 s) get them all
+PYTHON_ROUNDS = 3
 
 
 class Http(Experiment):
@@ -151,6 +154,10 @@ class Http(Experiment):
         at a time, so a second worker or a bound CPU has nothing to share, and a
         seed-scale load at one connection (35-60 s here) is measured once, for the plots."""
         return super().used_by_claims(point) and int(point["concurrency"]) > 1
+
+    def claim_rounds(self, point: Point, rounds: int) -> int:
+        """A Python load lasts 4-25 s: at most PYTHON_ROUNDS rounds, as the seed ran ab."""
+        return rounds if point["variant"] in self.erlang_variants else min(rounds, PYTHON_ROUNDS)
 
     def grids(self, section: dict[str, Any]) -> list[dict[str, Any]]:
         """The main grid (the section's lists) and each extra grid, defaults filled in."""
