@@ -335,3 +335,18 @@ def test_a_look_lets_the_rounds_of_decided_claims_go_in_a_real_run(tmp_path) -> 
 def _point_of(path) -> dict:
     """The axes of a raw result's path (``.../variant=dd/cache=warm/.../round=3.json``)."""
     return dict(part.split("=", 1) for part in path.parent.parts if "=" in part)
+
+
+def test_a_point_has_one_name_from_a_job_a_table_row_and_the_config():
+    """A look's open points are named from table rows, and a job asks with its own
+    wildcards: a float axis must read the same from "1.0", 1.0 and 1."""
+    from perfgrid import experiments
+
+    exp = experiments.get("timers")
+    base = {"variant": "uvloop", "seeding": "identical", "gc": "off", "tasks": 100000,
+            "rounds": 3}
+    job = exp.parse_point({k: str(v) for k, v in {**base, "max_sleep": "1.0"}.items()})
+    names = {exp.point_key(job), exp.point_key({**base, "max_sleep": 1.0}),
+             exp.point_key({**base, "max_sleep": 1})}
+    assert names == {"variant=uvloop/seeding=identical/gc=off/tasks=100000/rounds=3/max_sleep=1"}
+    assert exp.point_key({**base, "max_sleep": "0.5"}).endswith("max_sleep=0.5")

@@ -303,7 +303,13 @@ class Experiment:
 
 
 def _axis_text(value: Any) -> str:
-    """An axis value as text: 1048576 whether it was read as an int or a float."""
+    """An axis value as text: 1 whether it was read as an int, a float or the text of
+    either (a job's wildcard "1.0", a table's 1.0, the config's 1)."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return value
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)
