@@ -214,7 +214,7 @@ def _erlang_claims(warm: pd.DataFrame, dd_1m: Estimate | None, name: str) -> lis
     return out
 
 
-def notes(table: pd.DataFrame) -> list[str]:
+def notes(table: pd.DataFrame, experiment: Experiment) -> list[str]:
     """Observations the report states where the data show them."""
     out = []
     warm = table[table["cache"] == "warm"]

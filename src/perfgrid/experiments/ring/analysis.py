@@ -272,7 +272,7 @@ def claims(table: pd.DataFrame, experiment: Experiment) -> list[Claim]:
     return out
 
 
-def notes(table: pd.DataFrame) -> list[str]:
+def notes(table: pd.DataFrame, experiment: Experiment) -> list[str]:
     """What the report should say besides the verdicts."""
     out = ["The seed (E5 b) prints only the CPU split of its 1000 rings of 100 processes on "
            "8 cores (R12B-5: user ~20%, sys ~63%, idle ~17%; R13A: ~63/30/6.5): its rows "

@@ -264,7 +264,7 @@ def _pairs(table: pd.DataFrame, axis: str, num: str, den: str,
     return [(a.iloc[0], b.iloc[0]) for _, a, b in across(table, axis, num, den, axes)]
 
 
-def notes(table: pd.DataFrame) -> list[str]:
+def notes(table: pd.DataFrame, experiment: Experiment) -> list[str]:
     """What the report should say besides the verdicts."""
     out = ["The seed's Erlang `random` module gave every process the same default seed, so "
            "its 500,000 processes slept one identical sequence of 10 waits: its wall time "
