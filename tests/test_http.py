@@ -725,7 +725,7 @@ def test_plots_and_notes_are_written(tmp_path):
     assert {p.stem for p in written} == {"rate_by_concurrency", "latency_p99_by_concurrency",
                                          "cpu_by_concurrency"}
     assert all(p.stat().st_size > 0 for p in written)
-    notes = analysis.notes(frame)
+    notes = analysis.notes(frame, get("http"))
     assert analysis.SEED_ROWS == [] and "no figures" in notes[0]
     assert any("uvloop over asyncio: median 1.25x" in n for n in notes)
 

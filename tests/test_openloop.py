@@ -197,10 +197,10 @@ def test_report_table_plot_and_note_from_the_sweep(tmp_path):
                                            step(2000, 1400, 300.0, True)]))
             for v in ("asyncio", "uvloop")]
     table = pd.DataFrame(rows)
-    [(title, note, frame)] = analysis.tables(table)
+    [(title, note, frame)] = analysis.tables(table, get("http"))
     assert "Open-loop" in title and "coordinated omission" in note
     assert len(frame) == 6 and list(frame["p99 (ms)"][:3]) == [2.0, 5.0, 300.0]
     written = analysis._openloop_plot(table, tmp_path)
     assert (tmp_path / "openloop_latency.png") in written
-    notes = [n for n in analysis.notes(table) if n.startswith("Open loop")]
+    notes = [n for n in analysis.notes(table, get("http")) if n.startswith("Open loop")]
     assert len(notes) == 2 and "1,400 requests/s" in notes[0] and "saturated at 2,000" in notes[0]

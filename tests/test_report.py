@@ -138,3 +138,28 @@ def test_the_report_refuses_a_table_whose_rate_is_not_its_raw_values(tmp_path):
     with pytest.raises(ValueError, match="not the .* its raw values give") as refused:
         report.build(root, ["file_read"], CV)
     assert str(refused.value).startswith(f"{path}: point variant=read, cache=warm")
+
+
+def test_the_notes_and_tables_hooks_get_the_registrys_experiment(tmp_path, monkeypatch):
+    """As ``claims()`` and ``plot()`` do: the report hands both the registry's Experiment."""
+    from perfgrid import experiments
+    from perfgrid.analysis import module
+
+    root = _result_set(tmp_path, "h")
+    analysis, seen = module("file_read"), []
+
+    def notes(table, experiment):
+        seen.append(experiment)
+        return [f"a note on {experiment.name}"]
+
+    def tables(table, experiment):
+        seen.append(experiment)
+        return [("extra", f"of {experiment.name}", table.head(1))]
+
+    monkeypatch.setattr(analysis, "notes", notes)
+    monkeypatch.setattr(analysis, "tables", tables, raising=False)  # file_read has none
+    [section] = report.build(root, ["file_read"], CV)["sections"]
+    assert len(seen) == 2 and all(e is experiments.get("file_read") for e in seen)
+    assert section["notes"][0] == "a note on file_read"
+    assert [(title, note) for title, note, _ in section["tables"]] == [
+        ("extra", "of file_read")]

@@ -418,11 +418,11 @@ def test_hand_made_ring_table_is_inconclusive_and_still_plots(tmp_path):
     assert [c.verdict for c in found] == ["inconclusive"] * 5
     assert all("no interval" in c.reason for c in found)
     assert all(c.verdict == "inconclusive" for c in analysis.claims(table.iloc[0:0], get("ring")))
-    assert len(analysis.notes(table)) >= 2
+    assert len(analysis.notes(table, get("ring"))) >= 2
 
 
 def test_synthetic_ring_table_plots_and_notes(tmp_path):
     table = ring_table()
     written = analysis.plot(table, tmp_path, get("ring"))
     assert {p.stem for p in written} >= {"cost_by_binding", "cpu_split", "switches_per_message"}
-    assert len(analysis.notes(table)) >= 4
+    assert len(analysis.notes(table, get("ring"))) >= 4

@@ -392,4 +392,4 @@ def test_rate_plot_draws_each_rows_interval(tmp_path, monkeypatch):
 
 def test_notes_compare_python_with_c():
     table = pd.DataFrame(spawn_rows())
-    assert len(analysis.notes(table)) == 1
+    assert len(analysis.notes(table, get("spawn"))) == 1

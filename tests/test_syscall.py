@@ -524,4 +524,4 @@ def test_rate_plot_draws_each_rows_interval(tmp_path, monkeypatch):
 
 def test_notes_compare_python_with_c():
     rows = [{**r, "binding": "single"} for r in syscall_rows() if r["workers"] == 1]
-    assert len(analysis.notes(pd.DataFrame(rows))) == 2
+    assert len(analysis.notes(pd.DataFrame(rows), get("syscall"))) == 2

@@ -346,7 +346,7 @@ def test_analysis_plots_and_every_claim_is_inconclusive_without_rows(tmp_path):
                                          "seed_scale_wall_vs_ideal"}
     assert all(c.verdict == "inconclusive" for c in analysis.claims(table.iloc[0:0], get("timers")))
     assert len(analysis.claims(table[table["runtime"] != "erlang"], get("timers"))) == 4
-    assert analysis.notes(table)
+    assert analysis.notes(table, EXPERIMENT)
 
 
 def test_seed_scale_claims_read_the_storms_measured_in_rounds():

@@ -28,9 +28,11 @@ from perfgrid.paths import Layout
 # an up-to-date dry run. Frozen, later collections look only at objects made from here on.
 gc.freeze()
 
-# The schema (perfgrid.configschema: ../schemas/ and each experiment's section, defaults
-# filled in) and what it cannot express: one short message naming the key, before any
-# job, and nothing written.
+# The config checked (perfgrid.settings.validated): its size, then the schema
+# perfgrid.configschema assembles (the shared workflow/schemas/config.schema.yaml, each
+# fixture's section, as the test file's src/perfgrid/testfile.schema.yaml, and each
+# experiment's schema.yaml in its package; defaults filled in), then what the schema
+# cannot express: one short message naming the key, before any job, and nothing written.
 try:
     # workers: auto counts the CPUs where the workflow is parsed; a cluster job parses it
     # again on its node, so the count (and what set it) goes with it (envvars) and every

@@ -10,11 +10,13 @@ Each experiment ``<name>`` has a module ``perfgrid.experiments.<name>.analysis``
 - ``claims(table, experiment) -> list[Claim]``: each seed claim as a hypothesis, the
   criterion, the figure measured here with its 95 % interval, and a verdict
   decided by that interval (:func:`judged`), with a ``why`` from the kernel
-  counters of the points it compares (:func:`why`).
+  counters of the points it compares (:func:`why`);
+- optionally the report's further hooks (:data:`REPORT_HOOKS`): ``EXTRA_COLUMNS``,
+  ``notes(table, experiment)`` and ``tables(table, experiment)``.
 
-Both receive the experiment's :class:`~perfgrid.experiments.base.Experiment` (from the
-registry), so its facts (axes, claim points, runtimes, name) are read from it, never
-copied into the analysis.
+Each function receives the experiment's :class:`~perfgrid.experiments.base.Experiment`
+(from the registry), so its facts (axes, claim points, runtimes, name) are read from it,
+never copied into the analysis.
 """
 
 from __future__ import annotations
@@ -243,7 +245,7 @@ def module(name: str) -> ModuleType:
     return importlib.import_module(f"perfgrid.experiments.{name}.analysis")
 
 
-def _none(table) -> list:
+def _none(table, experiment) -> list:
     return []
 
 
@@ -251,7 +253,9 @@ def _none(table) -> list:
 #: ``claims``, each with the value it takes where the module defines none (the module's
 #: docstring is the section's text): the seed's own figures (rows with a ``source``),
 #: columns the experiment's table shows besides the axes and statistics, lines of notes
-#: under its claims, and further tables as (title, note, frame)
+#: under its claims (``notes(table, experiment)``), and further tables as (title, note,
+#: frame) (``tables(table, experiment)``); like ``claims`` and ``plot``, the functions get
+#: the registry's Experiment
 REPORT_HOOKS: dict[str, Any] = {"SEED_ROWS": [], "EXTRA_COLUMNS": [], "notes": _none,
                                 "tables": _none}
 

@@ -19,6 +19,7 @@ from perfgrid import experiments, fixtures, gitinfo
 from perfgrid.aggregate import read_table
 from perfgrid.analysis import Claim, claims_of, hook, module
 from perfgrid.atomic import write_text
+from perfgrid.experiments.base import Experiment
 from perfgrid.paths import Layout
 from perfgrid.report.claims import _claims_frame, write_claims
 from perfgrid.report.figure import claims_figure
@@ -34,7 +35,7 @@ STATS = ["n_processes", "n_values", "cv", "rate (95 % interval)", "ci_rel", "con
 
 
 def extra_tables(analysis: Any, table: pd.DataFrame, plot_dir: Path,
-                 axes: tuple[str, ...]) -> list[tuple[str, str, pd.DataFrame]]:
+                 experiment: Experiment) -> list[tuple[str, str, pd.DataFrame]]:
     """(title, note, frame) of the tables besides the main one: the scaling fits the plots
     job wrote (``scaling.csv``), then whatever the analysis module's ``tables()`` gives."""
     from perfgrid import scaling
@@ -50,8 +51,8 @@ def extra_tables(analysis: Any, table: pd.DataFrame, plot_dir: Path,
                     "rows' bootstrap replicates); efficiency: rate at the largest fitted "
                     "worker count over the smallest one's scaled linearly; better model by "
                     "AICc where both models keep two degrees of freedom.",
-                    scaling.summary(pd.read_csv(fitted), axes)))
-    out += hook(analysis, "tables")(table)
+                    scaling.summary(pd.read_csv(fitted), experiment.axes)))
+    out += hook(analysis, "tables")(table, experiment)
     return out
 
 
@@ -88,7 +89,8 @@ def build(root: Path, experiment_names: list[str], cv_threshold: float) -> dict[
     all_claims: list[Claim] = []
     for name in experiment_names:
         analysis = module(name)
-        axes = experiments.get(name).axes
+        experiment = experiments.get(name)
+        axes = experiment.axes
         table = with_human_rates(read_table(layout.table(name), axes))
         shown = ["runtime", *axes, *STATS, *hook(analysis, "EXTRA_COLUMNS")]
         seed_rows = hook(analysis, "SEED_ROWS")
@@ -106,14 +108,13 @@ def build(root: Path, experiment_names: list[str], cv_threshold: float) -> dict[
             "claims": claims,
             "seed": seed_comparison(seed_rows, table, axes),
             "seed_source": sorted({r.get("source", "") for r in seed_rows}),
-            "notes": hook(analysis, "notes")(table)
-            + look_notes(layout, name),
+            "notes": hook(analysis, "notes")(table, experiment) + look_notes(layout, name),
             "flags": flags(table, cv_threshold),
             "precision": precision(table),
             "unconverged": unconverged(table, list(axes)),
             "figures": sorted(layout.plot_dir(name).glob("*.png")),
             "skipped": [s for s in skipped if s["experiment"] == name],
-            "tables": extra_tables(analysis, table, layout.plot_dir(name), axes),
+            "tables": extra_tables(analysis, table, layout.plot_dir(name), experiment),
         })
     return {"machine": machine, "sections": sections, "claims": _claims_frame(all_claims),
             "precision": precision_frame(sections),

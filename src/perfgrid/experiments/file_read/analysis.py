@@ -20,6 +20,7 @@ from perfgrid.analysis import (
     why,
 )
 from perfgrid.experiments.base import Experiment
+from perfgrid.experiments.file_read import PARALLEL, SINGLE
 from perfgrid.stats import Estimate
 
 GIB = 1 << 30
@@ -44,8 +45,6 @@ for _row in SEED_ROWS:
         if _row["variant"] == "read":  # and dd at the same block size is the native baseline
             _row["native_variant"] = "dd"
 
-SINGLE = ["read", "readinto", "readinto_unaligned", "dd", "erlang_read"]
-PARALLEL = ["pread_parallel", "fio", "erlang_pread_parallel"]
 #: the seed's own Erlang read 1 MiB blocks at 0.82x dd (0.264 s vs 0.322 s)
 ERLANG_NEAR_DD = 0.8
 
@@ -214,7 +213,7 @@ def _erlang_claims(warm: pd.DataFrame, dd_1m: Estimate | None, name: str) -> lis
     return out
 
 
-def notes(table: pd.DataFrame) -> list[str]:
+def notes(table: pd.DataFrame, experiment: Experiment) -> list[str]:
     """Observations the report states where the data show them."""
     out = []
     warm = table[table["cache"] == "warm"]

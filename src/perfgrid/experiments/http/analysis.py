@@ -67,7 +67,7 @@ def openloop_steps(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def tables(table: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
+def tables(table: pd.DataFrame, experiment: Experiment) -> list[tuple[str, str, pd.DataFrame]]:
     """The report's extra table: open-loop latency percentiles against achieved throughput."""
     steps = openloop_steps(table)
     if steps.empty:
@@ -277,13 +277,9 @@ def _claims(table: pd.DataFrame, runtime: str, experiment: Experiment) -> list[C
     return out
 
 
-def notes(table: pd.DataFrame) -> list[str]:
+def notes(table: pd.DataFrame, experiment: Experiment) -> list[str]:
     """What the report should say besides the verdicts."""
-    # the notes hook gets the table alone (perfgrid.analysis.REPORT_HOOKS), so the axes
-    # come from the package
-    from perfgrid.experiments.http import EXPERIMENT
-
-    axes = EXPERIMENT.axes
+    axes = experiment.axes
     out = [f"The seed ({SOURCE}) publishes E5 a only as charts, with no figures in the text: "
            "there are no seed rows to compare with, only its claims (R13A beat R12B-5, "
            "binding helped, R13A with 8 schedulers dropped steeply between 500 and 1000 "

@@ -29,6 +29,7 @@ from perfgrid.analysis import (
     why,
 )
 from perfgrid.experiments.base import Experiment
+from perfgrid.experiments.ring import IN_LOOP, OS_RING
 from perfgrid.stats import Estimate, reduce
 
 _SOURCE = ("seed E5 b (004_cee54dc8e5b26200.txt), 1000 rings of 100 Erlang processes, "
@@ -42,8 +43,6 @@ for _row in SEED_ROWS:
     _row.update({"runtime": "erlang", "variant": "asyncio", "erlang_variant": "erlang",
                  "rings": 1000, "ring_members": 100, "rate": float("nan"), "source": _SOURCE})
 
-IN_LOOP = ["asyncio", "uvloop"]
-OS_RING = ["thread", "process_pipe", "native"]
 #: binding "helps" a ring if the bound rate is at least this multiple of the unbound one
 BINDING_HELPS = 1.5
 #: crossing CPUs "costs" if a spread ring is at least this many times slower than a single-CPU one
@@ -76,7 +75,7 @@ def plot(table: pd.DataFrame, out_dir: Path, experiment: Experiment) -> list[Pat
         written += save(grid.figure, out_dir, "cost_by_binding")
 
     smallest = table.loc[table["variant"].isin(OS_RING), "workers"].min()
-    split = table[table["variant"].isin([*IN_LOOP, "erlang"])
+    split = table[table["variant"].isin([*IN_LOOP, *experiment.erlang_variants])
                   | (table["variant"].isin(OS_RING) & (table["workers"] == smallest))]
     split = split.assign(label=split["variant"] + "\n" + split["binding"] + ", "
                          + split["workers"].astype(int).astype(str) + "w")
@@ -272,14 +271,14 @@ def claims(table: pd.DataFrame, experiment: Experiment) -> list[Claim]:
     return out
 
 
-def notes(table: pd.DataFrame) -> list[str]:
+def notes(table: pd.DataFrame, experiment: Experiment) -> list[str]:
     """What the report should say besides the verdicts."""
     out = ["The seed (E5 b) prints only the CPU split of its 1000 rings of 100 processes on "
            "8 cores (R12B-5: user ~20%, sys ~63%, idle ~17%; R13A: ~63/30/6.5): its rows "
            "carry no messages/s, so the comparison is the split itself (figure cpu_split)."]
     if table.empty:
         return out
-    loop = table[table["variant"].isin([*IN_LOOP, "erlang"])]
+    loop = table[table["variant"].isin([*IN_LOOP, *experiment.erlang_variants])]
     for _, row in loop.iterrows():
         where = (f"{row['binding']}, {int(row['workers'])} schedulers"
                  if row["variant"] == "erlang" else row["binding"])

@@ -227,7 +227,7 @@ def _erlang_claims(erl: pd.DataFrame, name: str) -> list[Claim]:
     return out
 
 
-def notes(table: pd.DataFrame) -> list[str]:
+def notes(table: pd.DataFrame, experiment: Experiment) -> list[str]:
     """Python beside C for the OS primitives, where both were measured."""
     out = []
     rows = table[(table["chains"] == 1) & (table["binding"] == "single")] if len(table) else table

@@ -365,7 +365,7 @@ def vdso_claim(table: pd.DataFrame, name: str) -> Claim:
     return replace(claim, reason=f"{claim.reason}; {scope}", why=because)
 
 
-def notes(table: pd.DataFrame) -> list[str]:
+def notes(table: pd.DataFrame, experiment: Experiment) -> list[str]:
     """Python beside C for the same call, where both were measured."""
     out = []
     rows = table[(table["workers"] == 1) & (table["binding"] == "single")] if len(table) else table

@@ -162,7 +162,8 @@ def storm(sleeps: np.ndarray, tasks: int, variant: str, gc_on: bool,
     return Storm(wall, spawn, cpu, lateness, collections)
 
 
-#: the tasks of the sweep points the gc and uvloop claims compare (analysis.py)
+#: the tasks of the sweep points the gc and uvloop claims compare (analysis.py reads them
+#: from :attr:`Timers.claim_points`)
 CLAIM_TASKS = 100_000
 #: the seed's scale: 500,000 processes x 10 waits of up to 10 s (5,000,000 timer events)
 SEED_SCALE = {"tasks": 500_000, "rounds": 10, "max_sleep": 10.0}
