@@ -24,10 +24,14 @@ import psutil
 MAX_REMEASURES = 2
 #: how long one look at the CPUs lasts before a measurement (10 clock ticks a CPU: enough
 #: to tell a quarter busy from idle; whether the measurement itself was disturbed is
-#: judged over its own window), and how many looks before giving up. Every job pays it,
-#: about 1,600 times a full run: 0.25 s cost 6.5 minutes of the 90 (the run of 2d93450)
+#: judged over its own window), the pause before looking again, and how many looks
+#: before giving up (about 3 s). Every job pays a look, about 1,500 times a full run:
+#: 0.25 s cost 6.5 minutes of the 90 (the run of 2d93450). A short look more often sees
+#: a moment's work between jobs (89 of 1,505 jobs in the run of d3ff1ab, 88 of them
+#: quiet at the second look, which came 1 s later then): so the pause is short too
 SAMPLE_S = 0.1
-MAX_CHECKS = 5
+PAUSE_S = 0.25
+MAX_CHECKS = 8
 
 
 def busy_share(interval: float = SAMPLE_S) -> float:
@@ -52,7 +56,7 @@ def wait_until_quiet(limit: float | None, checks: int = MAX_CHECKS) -> dict[str,
     share = busy_share()
     made = 1
     while limit is not None and share > limit and made < checks:
-        time.sleep(1.0)
+        time.sleep(PAUSE_S)
         share = busy_share()
         made += 1
     busy = int(limit is not None and share > limit)

@@ -171,9 +171,11 @@ SEED_SCALE = {"tasks": 500_000, "rounds": 10, "max_sleep": 10.0}
 #: and Erlang itself
 SEED_SCALE_CLAIMED = {**SEED_SCALE, "variant": ["uvloop", "erlang"]}
 #: rounds of a seed-scale claim point, by seeding, rather than ``measure.claims.rounds``:
-#: a storm lasts 1-2 minutes, so about 4-5 minutes a point (19 min for the four in all):
-#: four of a storm with identical seeding (~65 s), three with independent seeding (~100 s)
-SEED_SCALE_ROUNDS = {"identical": 4, "independent": 3}
+#: four of a storm with identical seeding (~65 s), which decide its wall-time claims;
+#: two of one with independent seeding (100-140 s), whose overhead share spread 14-27 %
+#: between rounds in two full runs: ten rounds (over 20 min) would not decide its claims,
+#: so two give them an interval and the minutes go where verdicts are (~13 min in all)
+SEED_SCALE_ROUNDS = {"identical": 4, "independent": 2}
 
 
 class Timers(Experiment):
