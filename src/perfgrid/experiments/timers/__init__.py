@@ -162,8 +162,7 @@ def storm(sleeps: np.ndarray, tasks: int, variant: str, gc_on: bool,
     return Storm(wall, spawn, cpu, lateness, collections)
 
 
-#: the tasks of the sweep points the gc and uvloop claims compare (analysis.py reads them
-#: from :attr:`Timers.claim_points`)
+#: the tasks of the sweep points the gc and uvloop claims compare (analysis.py)
 CLAIM_TASKS = 100_000
 #: the seed's scale: 500,000 processes x 10 waits of up to 10 s (5,000,000 timer events)
 SEED_SCALE = {"tasks": 500_000, "rounds": 10, "max_sleep": 10.0}
@@ -192,7 +191,7 @@ class Timers(Experiment):
     claim_points = ({"tasks": CLAIM_TASKS, "max_sleep": 1.0}, SEED_SCALE_CLAIMED)
     #: counted (perfgrid.counters): the 100,000-task sweep points, where a storm lasts
     #: seconds; its claims compare gc on/off and uvloop/asyncio there
-    counter_points = ({"tasks": 100_000, "rounds": 3, "max_sleep": 1.0},)
+    counter_points = ({"tasks": CLAIM_TASKS, "rounds": 3, "max_sleep": 1.0},)
     work_unit = "timer events"
     rate_unit = "timer events/s"
     erlang_variants = tuple(ERLANG)

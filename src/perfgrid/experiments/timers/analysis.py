@@ -22,7 +22,7 @@ from perfgrid.analysis import (
     without_erlang,
 )
 from perfgrid.experiments.base import Experiment
-from perfgrid.experiments.timers import SEED_SCALE
+from perfgrid.experiments.timers import CLAIM_TASKS, SEED_SCALE
 from perfgrid.stats import Estimate, geometric_mean, reduce
 
 _SOURCE = "seed E4 (003_144b45fd69b1821c.txt), Erlang R13B, -smp disable (1 scheduler)"
@@ -61,13 +61,6 @@ def _prepared(table: pd.DataFrame) -> pd.DataFrame:
     """Labels the figures use: loop and GC in one, and the scale of a point."""
     return table.assign(loop=table["variant"] + ", gc " + table["gc"].astype(str),
                         scale=_scale(table), cpu_s=table["wall_s"] * table["cpu_pct"] / 100)
-
-
-def _claim_tasks(experiment: Experiment) -> int:
-    """The tasks of the sweep points the gc and uvloop claims compare: those of the
-    experiment's claim points below the seed's scale."""
-    [tasks] = {p["tasks"] for p in experiment.claim_points if p["tasks"] != SEED_SCALE["tasks"]}
-    return tasks
 
 
 def _seed_scale(table: pd.DataFrame) -> pd.DataFrame:
@@ -159,7 +152,7 @@ def claims(table: pd.DataFrame, experiment: Experiment) -> list[Claim]:
     The compared figures come from each worker process's own observations (wall, overhead,
     CPU seconds) as estimates with 95 % intervals; every verdict is decided by its interval.
     """
-    name, axes, tasks = experiment.name, experiment.axes, _claim_tasks(experiment)
+    name, axes, tasks = experiment.name, experiment.axes, CLAIM_TASKS
     out = _seed_claims(without_erlang(table), "python", experiment)
     erl = by_runtime(table, "erlang") if not table.empty else table
     erlang_claims = _seed_claims(erl, "erlang", experiment) if not erl.empty else []
