@@ -171,9 +171,10 @@ SEED_SCALE = {"tasks": 500_000, "rounds": 10, "max_sleep": 10.0}
 SEED_SCALE_CLAIMED = {**SEED_SCALE, "variant": ["uvloop", "erlang"]}
 #: rounds of a seed-scale claim point, by seeding, rather than ``measure.claims.rounds``:
 #: four of a storm with identical seeding (~65 s), which decide its wall-time claims;
-#: two of one with independent seeding (100-140 s), whose overhead share spread 14-27 %
-#: between rounds in two full runs: ten rounds (over 20 min) would not decide its claims,
-#: so two give them an interval and the minutes go where verdicts are (~13 min in all)
+#: two of one with independent seeding (100-140 s), which give its claims an interval:
+#: over three full runs the overhead share spread 7 points a storm (uvloop, mean 25 %: four
+#: rounds would decide it, ~4 min more) and 6 (Erlang, mean 12 %: not eight); the four
+#: points took ~17 min in the run of 9460c03
 SEED_SCALE_ROUNDS = {"identical": 4, "independent": 2}
 
 
