@@ -761,13 +761,17 @@ def test_claims_compare_the_seed_loads_of_more_than_one_connection():
     assert EXPERIMENT.counted_by_default({**seed_load, "concurrency": 1})
 
 
-@pytest.mark.parametrize(("variant", "rounds"), [("asyncio", 3), ("uvloop", 3), ("erlang", 6)])
-def test_the_full_run_gives_erlangs_short_loads_more_rounds_than_pythons(variant, rounds):
+@pytest.mark.parametrize(("variant", "binding", "rounds"), [
+    ("asyncio", "none", 3), ("asyncio", "spread", 3), ("erlang", "none", 6),
+    ("uvloop", "none", 1), ("asyncio", "single", 1)])
+def test_the_full_run_gives_erlangs_short_loads_more_rounds_than_pythons(variant, binding,
+                                                                         rounds):
     """Python's claim points keep the seed's three runs of ab; Erlang's ~3 s loads get
-    the config's rounds (its claims then have intervals from 5 degrees of freedom)."""
+    the config's rounds (its claims then have intervals from 5 degrees of freedom); uvloop
+    and the single-CPU binding, which no claim reads, run once."""
     from perfgrid import planning
 
-    point = {"variant": variant, "client": "ab", "keepalive": "off", "binding": "none",
+    point = {"variant": variant, "client": "ab", "keepalive": "off", "binding": binding,
              "workers": 2, "concurrency": 100}
     cfg = settings.effective(FULL, check_disk=False)
     assert planning.rounds_of(cfg, "http", point) == rounds

@@ -125,8 +125,15 @@ def _error_kinds(result: load.LoadResult) -> str:
 
 
 #: how the seed loaded its server: ab without keep-alive; the points so loaded are the
-#: ones the claims compare (analysis.py)
+#: ones the claims compare (analysis.py) and the ones the kernel counters count
 SEED_LOAD = {"client": "ab", "keepalive": "off"}
+#: the servers and bindings a claim compares: asyncio, the direct port of the seed's
+#: server, and Erlang, the seed's own; unbound and the bindings the claims read (the
+#: seed's spread; compact, Erlang's +sbt db). uvloop and the single-CPU binding are
+#: measured once, for the plots and the notes: no claim reads them, and their rounds
+#: took ~2 of the 90 minutes (the run of 9460c03)
+CLAIM_LOAD = {**SEED_LOAD, "variant": ["asyncio", "erlang"],
+              "binding": ["none", "spread", "compact"]}
 #: rounds of a Python claim point, rather than ``measure.claims.rounds``: three, as the
 #: seed ran ab three times (a load takes 4-25 s here); Erlang's loads (~3 s) get them all
 PYTHON_ROUNDS = 3
@@ -140,8 +147,9 @@ class Http(Experiment):
     int_axes = frozenset({"workers", "concurrency"})
     #: analysis.py's claims use the points loaded as the seed loaded its server: ab
     #: without keep-alive (the seed ran ab three times for each concurrency), with more
-    #: than one connection (:meth:`used_by_claims`); the kernel counters count them all
-    claim_points = (SEED_LOAD,)
+    #: than one connection (:meth:`used_by_claims`), of the servers and bindings in
+    #: CLAIM_LOAD; the kernel counters count every seed-loaded point
+    claim_points = (CLAIM_LOAD,)
     counter_points = (SEED_LOAD,)
     work_unit = "requests"
     rate_unit = "requests/s"

@@ -41,8 +41,9 @@ STEEP = 0.70
 #: and CPU time (server and client together: the counting pass counts both)
 REQUEST_COUNTERS = ("cpus_utilized", "ctx_switches_per_unit", "migrations_per_unit",
                     "task_clock_ns_per_unit")
-#: the seed's binding (thread_no_node_processor_spread) first
-BOUND = ("spread", "compact", "single")
+#: the seed's binding (thread_no_node_processor_spread) first; single (every worker on one
+#: CPU) is no binding a claim reads (perfgrid.experiments.http.CLAIM_LOAD)
+BOUND = ("spread", "compact")
 
 
 
@@ -202,7 +203,8 @@ def _seed_rows_or_all(table: pd.DataFrame,
                       experiment: Experiment) -> tuple[pd.DataFrame, str]:
     rows = claimed_rows(table, experiment)
     if rows.empty:
-        return table, "no ab rows without keep-alive at more than one connection; all loads used"
+        return table, ("no claim rows (asyncio or Erlang, ab without keep-alive, more than one "
+                       "connection, unbound, spread or compact); all loads used")
     return rows, ""
 
 
@@ -246,8 +248,7 @@ def _claims(table: pd.DataFrame, runtime: str, experiment: Experiment) -> list[C
 
     hyp = "Binding the workers to CPUs gives more requests/s"
     crit = (f"rate bound / rate unbound (binding none) >= {HELPS:.2f}x, geometric mean over the "
-            "points that have both; the seed's spread binding if measured, else compact, else "
-            "single")
+            "points that have both; the seed's spread binding if measured, else compact")
     found = [(kind, [r for _, r in _ratios(rows, "binding", kind, "none", axes)]) for kind in BOUND]
     found = [(kind, ratios) for kind, ratios in found if ratios]
     if found:
@@ -259,8 +260,9 @@ def _claims(table: pd.DataFrame, runtime: str, experiment: Experiment) -> list[C
                           why=why(rows, REQUEST_COUNTERS,
                                   {kind: {"binding": kind}, "none": {"binding": "none"}})))
     else:
-        out.append(inconclusive(name, hyp, crit, "the grid has no bound and unbound rows at "
-                                "the same server, workers and concurrency", runtime))
+        out.append(inconclusive(name, hyp, crit, "the grid has no bound and unbound rows at the "
+                                "same server, workers and concurrency (bound: spread or "
+                                "compact)", runtime))
 
     hyp = "Requests/s drop steeply between 500 and 1000 concurrent connections"
     crit = (f"rate at concurrency 1000 <= {STEEP:.2f}x the rate at 500, geometric mean over "
