@@ -426,3 +426,28 @@ def test_synthetic_ring_table_plots_and_notes(tmp_path):
     written = analysis.plot(table, tmp_path, get("ring"))
     assert {p.stem for p in written} >= {"cost_by_binding", "cpu_split", "switches_per_message"}
     assert len(analysis.notes(table, get("ring"))) >= 4
+
+
+def _ticks(*rounds: tuple[float, float]) -> str:
+    """A ``process_metadata`` column of rounds that counted (sys, user) CPU seconds."""
+    return json.dumps([{"sys_share": s / (s + u), "sys_s": s, "user_s": u} for s, u in rounds])
+
+
+def test_an_erlang_round_with_no_tick_in_the_kernel_still_gives_an_interval():
+    """The run of 6d63bdb: a 0.3 s pass on 8 schedulers caught 0 of 44 ticks in the kernel
+    (a share of exactly 0, no log), so the claim read "no interval"; pooled over its
+    rounds the row is 8 of 168 ticks, with exact binomial bounds."""
+    table = ring_table()
+    erl = table["variant"] == "erlang"
+    table.loc[erl & (table["workers"] == 2), "process_metadata"] = _ticks(
+        (0.0, 0.44), (0.04, 0.62), (0.04, 0.54))
+    table.loc[erl & (table["workers"] == 2), "sys_share"] = 0.0
+    claim = analysis.claims(table, get("ring"))[5]
+    assert claim.verdict == "reproduced", (claim.measured, claim.reason)
+    assert "no interval" not in claim.measured and 0 < claim.ci_low < claim.ci_high < 0.5
+    # every round of the row at 0: its own one-sided bound from the count
+    table.loc[erl, "process_metadata"] = _ticks((0.0, 0.44), (0.0, 0.62), (0.0, 0.54))
+    row = table[erl & (table["workers"] == 2)].iloc[0]
+    share = analysis._sys_shares(table[erl & (table["workers"] == 2)])[0]
+    assert share.value == 0 and share.interval()[0] == 0 and 0 < share.interval()[1] < 0.05
+    assert "0 of 160 clock ticks" in share.reason and row["variant"] == "erlang"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 from dataclasses import replace
 from pathlib import Path
@@ -30,7 +31,7 @@ from perfgrid.analysis import (
 )
 from perfgrid.experiments.base import Experiment
 from perfgrid.experiments.ring import IN_LOOP, OS_RING
-from perfgrid.stats import Estimate, reduce
+from perfgrid.stats import Bounds, Estimate, binomial_share, from_points, reduce
 
 _SOURCE = ("seed E5 b (004_cee54dc8e5b26200.txt), 1000 rings of 100 Erlang processes, "
            "8 cores (2x quad Xeon E5450)")
@@ -116,9 +117,38 @@ def _sides(variant: str, *bindings: str) -> dict[str, dict]:
     return {b: {"variant": variant, "workers": 2, "binding": b} for b in bindings}
 
 
-def _sys_shares(rows: pd.DataFrame) -> list[Estimate]:
-    """The sys share of each row, with its interval over the row's processes."""
-    return [observed_estimate(row, "sys_share") for _, row in rows.iterrows()]
+#: the unit of the CPU times a sys share is taken from (Linux's USER_HZ): the kernel
+#: samples a process's user/sys split at least this often a CPU-second
+TICKS_PER_S = 100
+
+
+def _sys_shares(rows: pd.DataFrame) -> list[Estimate | Bounds]:
+    """The sys share of each row, with its interval over the row's processes (rounds).
+
+    A round that caught no clock tick in the kernel has a share of exactly 0, which has no
+    log and so no interval over rounds (an Erlang ring's pass of ~0.3 s is ~60 ticks, of
+    which ~3 in the kernel). Such a row is a count: its sys ticks of all its CPU ticks,
+    pooled over its rounds, with exact binomial bounds (the ticks' own noise is most of
+    the rounds' spread at these counts).
+    """
+    return [_tick_share(row, observed_estimate(row, "sys_share")) for _, row in rows.iterrows()]
+
+
+def _tick_share(row: pd.Series, estimate: Estimate) -> Estimate | Bounds:
+    if estimate.has_interval:
+        return estimate
+    try:
+        processes = json.loads(row["process_metadata"])
+        sys_ticks = round(sum(float(p["sys_s"]) for p in processes) * TICKS_PER_S)
+        ticks = round(sum(float(p["user_s"]) + float(p["sys_s"]) for p in processes)
+                      * TICKS_PER_S)
+    except (KeyError, TypeError, ValueError):
+        return estimate
+    if ticks < 1:
+        return estimate
+    basis = (f"{sys_ticks} of {ticks} clock ticks in the kernel over {len(processes)} "
+             f"round(s) ({estimate.reason}): exact binomial bounds")
+    return from_points(binomial_share(sys_ticks, ticks, basis), estimate.points)
 
 
 def _with_sys_share(rows: pd.DataFrame) -> pd.DataFrame:
