@@ -580,3 +580,33 @@ def observed_estimate(row, key, seed: int | None = None) -> Estimate:
         rounds = None
     return from_points(mean_estimate([[v] for v in values], seed=seed, rounds=rounds),
                        point_of(row))
+
+
+#: Linux's USER_HZ: /proc gives a process's user and system CPU time in ticks of 1/100 s,
+#: and the kernel samples which side a tick lands on at least this often a CPU-second
+TICKS_PER_S = 100
+
+
+def tick_counts(row, key) -> tuple[int, int, float] | None:
+    """A CPU-time share of ``row``'s processes (``key`` as in :func:`observed_estimate`) as
+    the count it is: (ticks on its side, all CPU ticks, CPU seconds), pooled over the
+    processes; None without the processes' user and system seconds.
+
+    A share of exactly 0 or 1 has no log, so :func:`observed_estimate` gives it no interval;
+    as a count it has exact binomial bounds (``stats.binomial_share``). The ticks are at
+    least ``TICKS_PER_S`` a CPU-second, rounded down: fewer trials, a wider bound.
+    """
+    import json
+
+    try:
+        processes = json.loads(row["process_metadata"])
+        cpu = [float(p["user_s"]) + float(p["sys_s"]) for p in processes]
+        shares = [float(p[key]) if isinstance(key, str) else float(key(p)) for p in processes]
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not processes:
+        return None
+    cpu_s = sum(cpu)
+    ticks = math.floor(cpu_s * TICKS_PER_S)
+    hits = min(ticks, round(sum(s * c for s, c in zip(shares, cpu, strict=True)) * TICKS_PER_S))
+    return hits, ticks, cpu_s

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import replace
 from pathlib import Path
@@ -27,6 +26,7 @@ from perfgrid.analysis import (
     rate_at,
     rate_estimates,
     save,
+    tick_counts,
     why,
 )
 from perfgrid.experiments.base import Experiment
@@ -117,11 +117,6 @@ def _sides(variant: str, *bindings: str) -> dict[str, dict]:
     return {b: {"variant": variant, "workers": 2, "binding": b} for b in bindings}
 
 
-#: the unit of the CPU times a sys share is taken from (Linux's USER_HZ): the kernel
-#: samples a process's user/sys split at least this often a CPU-second
-TICKS_PER_S = 100
-
-
 def _sys_shares(rows: pd.DataFrame) -> list[Estimate | Bounds]:
     """The sys share of each row, with its interval over the row's processes (rounds).
 
@@ -135,19 +130,12 @@ def _sys_shares(rows: pd.DataFrame) -> list[Estimate | Bounds]:
 
 
 def _tick_share(row: pd.Series, estimate: Estimate) -> Estimate | Bounds:
-    if estimate.has_interval:
+    counted = None if estimate.has_interval else tick_counts(row, "sys_share")
+    if counted is None or counted[1] < 1:
         return estimate
-    try:
-        processes = json.loads(row["process_metadata"])
-        sys_ticks = round(sum(float(p["sys_s"]) for p in processes) * TICKS_PER_S)
-        ticks = round(sum(float(p["user_s"]) + float(p["sys_s"]) for p in processes)
-                      * TICKS_PER_S)
-    except (KeyError, TypeError, ValueError):
-        return estimate
-    if ticks < 1:
-        return estimate
-    basis = (f"{sys_ticks} of {ticks} clock ticks in the kernel over {len(processes)} "
-             f"round(s) ({estimate.reason}): exact binomial bounds")
+    sys_ticks, ticks, _ = counted
+    basis = (f"{sys_ticks} of {ticks} clock ticks in the kernel over the row's rounds "
+             f"({estimate.reason}): exact binomial bounds")
     return from_points(binomial_share(sys_ticks, ticks, basis), estimate.points)
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,6 +11,7 @@ import seaborn as sns
 
 from perfgrid.analysis import (
     INTERVAL_BARS,
+    TICKS_PER_S,
     Claim,
     all_of,
     inconclusive,
@@ -25,6 +24,7 @@ from perfgrid.analysis import (
     points_of_rows,
     rate_at,
     save,
+    tick_counts,
     why,
 )
 from perfgrid.experiments.base import Experiment
@@ -71,9 +71,6 @@ SYSCALL_EVENT, SYSCALL_COLUMN = "raw_syscalls:sys_enter", "syscalls_per_unit"
 #: without a count: clock_gettime "makes no syscall" if at most this share of its CPU
 #: time is sys
 VDSO_SYS = 0.05
-#: the kernel's clock tick is at least 100 Hz (CONFIG_HZ 100, 250, 300 or 1000): a
-#: process's user/sys split is sampled at least this many times per CPU-second
-MIN_TICKS_PER_S = 100
 BOUND = ("spread", "compact")
 #: the counters that explain how calls scale with workers: CPU time per call (contention
 #: shows as more of it), and the scheduler's context switches and migrations per call
@@ -266,7 +263,7 @@ def tick_share(row: pd.Series, key) -> Estimate | Bounds:
     every process saw exactly 0 or exactly 1, a one-sided bound instead of none.
 
     Such a share has no spread to give an interval, but it is a count: the kernel splits a
-    process's CPU time by which side each clock tick (at least :data:`MIN_TICKS_PER_S` a
+    process's CPU time by which side each clock tick (at least ``TICKS_PER_S`` a
     CPU-second) caught it on, so 0 of at least ``100 x CPU-seconds`` ticks bounds the
     share (Clopper-Pearson). Without the processes' CPU seconds it stays without an
     interval, its reason saying what would decide it.
@@ -275,21 +272,19 @@ def tick_share(row: pd.Series, key) -> Estimate | Bounds:
     if estimate.has_interval or not estimate.reason.startswith("all values identical"):
         return estimate
     name = key if isinstance(key, str) else getattr(key, "__name__", "share")
-    try:
-        processes = json.loads(row["process_metadata"])
-        share = float(processes[0][key] if isinstance(key, str) else key(processes[0]))
-        cpu_s = sum(float(p["user_s"]) + float(p["sys_s"]) for p in processes)
-    except (KeyError, TypeError, ValueError, IndexError):
+    counted = tick_counts(row, key)
+    if counted is None:
         return Estimate.unknown(estimate.value, (
             f"{estimate.reason} ({name} exactly {estimate.value:g} in every process, and "
             f"no CPU seconds to count clock ticks by: a syscall count (perf "
             f"{SYSCALL_EVENT}) would decide it)"))
-    ticks = math.floor(cpu_s * MIN_TICKS_PER_S)
+    hits, ticks, cpu_s = counted
+    share = estimate.value
     if share not in (0.0, 1.0) or ticks < 1:
         return estimate
     basis = (f"{name} exactly {share:g} in every process, over >= {ticks:,} clock ticks "
-             f"({cpu_s:.3g} CPU-s at >= {MIN_TICKS_PER_S} Hz): a one-sided bound")
-    return from_points(binomial_share(ticks if share else 0, ticks, basis), estimate.points)
+             f"({cpu_s:.3g} CPU-s at >= {TICKS_PER_S} Hz): a one-sided bound")
+    return from_points(binomial_share(hits, ticks, basis), estimate.points)
 
 
 def _shares(clock: pd.DataFrame, uid: pd.DataFrame, hyp: str, why_not: str,
