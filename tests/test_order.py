@@ -274,3 +274,25 @@ def test_the_full_runs_claim_groups_put_a_claims_sides_seconds_apart() -> None:
         assert places == list(range(places[0], places[0] + len(places))), (key, group)
     groups = {(key[0], group) for key, group in seen}
     assert ("file_read", "1 MiB") in groups and ("spawn", "asyncio_task") in groups
+
+
+def test_draws_order_units_groups_and_jobs_uniformly() -> None:
+    """Each drawn row keeps a unit's jobs, and a group's inside it, together, and every
+    unit, group and job is equally likely to come first: the draws are sorts on random
+    keys (perfgrid.order._draws), and a key mixed up between levels would show here."""
+    units = [[[0, 1, 2]], [[3]], [[4], [5, 6]]]  # a block, a job alone, a block of 2 groups
+    rows = order._draws(units, 7, 6000, np.random.default_rng(3))
+    assert rows.shape == (6000, 7)
+    assert (np.sort(rows, axis=1) == np.arange(7)).all()
+    for row in rows:
+        place = {job: k for k, job in enumerate(row)}
+        for members in ([0, 1, 2], [4, 5, 6], [5, 6]):
+            spots = sorted(place[m] for m in members)
+            assert spots == list(range(spots[0], spots[0] + len(members))), row
+    firsts = np.bincount([{0: 0, 1: 0, 2: 0, 3: 1}.get(row[0], 2) for row in rows],
+                         minlength=3) / len(rows)
+    assert np.allclose(firsts, 1 / 3, atol=0.03), firsts  # the units' order
+    block = rows[np.isin(rows, [0, 1, 2])].reshape(-1, 3)[:, 0]
+    assert np.allclose(np.bincount(block, minlength=3) / len(rows), 1 / 3, atol=0.03)
+    second = rows[np.isin(rows, [4, 5, 6])].reshape(-1, 3)[:, 0]
+    assert np.isclose(np.mean(second == 4), 1 / 2, atol=0.03)  # the groups' order

@@ -97,8 +97,7 @@ def planned(jobs: list[Job], shuffle: bool, seed: int, draws: int = DRAWS,
         in_phase = [job for job in jobs if phase_of[id(job)] == phase]
         if shuffle and len(in_phase) > 1:
             rng = np.random.default_rng([seed, phase])
-            units = _units(in_phase, block, group)
-            perms = np.array([_draw(units, rng) for _ in range(draws)])
+            perms = _draws(_units(in_phase, block, group), len(in_phase), draws, rng)
             best = perms[int(np.argmin(imbalances(perms, numeric_axes(in_phase))))]
             in_phase = [in_phase[i] for i in best]
         out.extend(in_phase)
@@ -168,18 +167,25 @@ def _together(indexes: Iterable[int], keys: list[Hashable | None]) -> list[list[
     return out
 
 
-def _draw(units: list[Unit], rng: np.random.Generator) -> np.ndarray:
-    """One permutation of the jobs: the units in a random order, each shuffled inside
-    (its groups in a random order, each shuffled inside)."""
-    if all(len(unit) == 1 and len(unit[0]) == 1 for unit in units):  # the plain permutation
-        return rng.permutation(len(units))
-    order = []
-    for u in rng.permutation(len(units)):
-        groups = units[u]
-        for g in (rng.permutation(len(groups)) if len(groups) > 1 else (0,)):
-            members = groups[g]
-            order.extend(members[i] for i in rng.permutation(len(members)))
-    return np.array(order)
+def _draws(units: list[Unit], jobs: int, draws: int, rng: np.random.Generator) -> np.ndarray:
+    """``draws`` permutations of the jobs (one a row): the units in a random order, each
+    shuffled inside (its groups in a random order, each shuffled inside).
+
+    All rows at once, as sorts on random keys (a unit's, its group's, the job's own): the
+    parse of a thousand-job plan draws 64 per phase, which one shuffle call a unit and
+    group made about a tenth of an up-to-date dry run."""
+    unit_of = np.empty(jobs, dtype=np.intp)
+    group_of = np.empty(jobs, dtype=np.intp)
+    groups = 0
+    for u, unit in enumerate(units):
+        for members in unit:
+            unit_of[members] = u
+            group_of[members] = groups
+            groups += 1
+    unit_key = rng.random((draws, len(units)))[:, unit_of]
+    group_key = rng.random((draws, groups))[:, group_of]
+    job_key = rng.random((draws, jobs))
+    return np.lexsort((job_key, group_key, unit_key), axis=-1)
 
 
 def _point_key(job: Job) -> tuple[str, str]:

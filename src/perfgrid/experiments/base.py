@@ -147,8 +147,17 @@ class Experiment:
     counter_points: ClassVar[tuple[dict[str, Any], ...] | None] = None
 
     def used_by_claims(self, point: Point) -> bool:
-        """Whether a claim compares ``point`` (so it needs an interval)."""
-        return matches_any(point, self.claim_points)
+        """Whether a claim compares ``point`` (so it needs an interval). Remembered per
+        point: parsing the workflow asks it about 20,000 times for a thousand jobs."""
+        try:
+            key = tuple(point.items())
+            return self.__dict__.setdefault("_used_by_claims", {})[key]
+        except KeyError:
+            found = self.__dict__["_used_by_claims"][key] = matches_any(point,
+                                                                       self.claim_points)
+            return found
+        except TypeError:  # a value that cannot be a key: ask every time
+            return matches_any(point, self.claim_points)
 
     def claim_rounds(self, point: Point, rounds: int) -> int:
         """The rounds of claim point ``point``, given ``measure.claims.rounds``: fewer

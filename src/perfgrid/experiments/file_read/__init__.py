@@ -46,10 +46,18 @@ NATIVE = ("dd", "fio")
 ERLANG = {"erlang_read": "read", "erlang_whole": "whole", "erlang_pread_parallel": "pread"}
 #: keys of the ``erlang`` sub-section that replace the section's lists for the Erlang variants
 ERLANG_KEYS = ("block_sizes", "parallel_block_sizes", "workers", "bindings", "caches")
-#: the 1 KiB block size, and the rounds Erlang's reads of it keep to (~30 s a round): a
-#: look adds rounds to cheaper points only (perfgrid.looks)
+#: the 1 KiB block size, and the rounds Erlang's pinned reads of it keep to (~18 s a
+#: round, 3 % apart): a look adds rounds to cheaper points only (perfgrid.looks)
 SMALL = 1024
-SMALL_ERLANG_ROUNDS = 5
+SMALL_ERLANG_ROUNDS = 3
+MIB = 1 << 20
+#: Erlang's one reader, also pinned (one scheduler on one CPU, its dirty I/O threads on the
+#: same CPU), at the block sizes its per-call claim compares: unbound, a 1 KiB read's
+#: hand-off from the scheduler to a dirty I/O thread costs whatever the placement gives it
+#: (1 GiB in 2.4-35 s from one process to the next on 2 vCPUs, a spinning thread on the
+#: other CPU is quick); pinned, every hand-off is a switch on one CPU (17-19 s)
+PINNED_ERLANG_READ = {"variant": "erlang_read", "binding": "single",
+                      "block_size": [SMALL, MIB], "cache": "warm"}
 #: dirty I/O schedulers run the raw file calls since OTP 21 (the default is 10); the
 #: parallel readers get at least one each
 DIRTY_IO = 10
@@ -229,11 +237,14 @@ class FileRead(Experiment):
     reference_variants = ("dd",)
     reference_axes = ("cache", "block_size")
     fallback_axes = ("cache",)
-    #: analysis.py's claims: single readers at 1 KiB and 1 MiB, and the
+    #: analysis.py's claims: single readers at 1 KiB and 1 MiB (Erlang's per-call claim on
+    #: its pinned reader, its claim against dd at 1 MiB on the unbound one), and the
     #: parallel readers (the best of them is compared), all warm
     claim_points = (
-        {"variant": ["dd", "read", "readinto", "readinto_unaligned", "erlang_read"],
-         "block_size": [1024, 1 << 20], "cache": "warm"},
+        {"variant": ["dd", "read", "readinto", "readinto_unaligned"],
+         "block_size": [SMALL, MIB], "cache": "warm"},
+        {"variant": "erlang_read", "binding": "none", "block_size": MIB, "cache": "warm"},
+        PINNED_ERLANG_READ,
         {"variant": ["pread_parallel", "erlang_pread_parallel"], "cache": "warm"},
     )
     #: counted (perfgrid.counters): the claim points, and the whole-file read whose page
@@ -248,7 +259,7 @@ class FileRead(Experiment):
          "block_size": 1 << 20}, 1)
 
     def claim_rounds(self, point: Point, rounds: int) -> int:
-        """Erlang's 1 KiB reads take ~30 s a round: at most SMALL_ERLANG_ROUNDS rounds."""
+        """Erlang's 1 KiB reads take ~18 s a round: at most SMALL_ERLANG_ROUNDS rounds."""
         if point["variant"] == "erlang_read" and point["block_size"] == SMALL:
             return min(rounds, SMALL_ERLANG_ROUNDS)
         return rounds
@@ -261,7 +272,9 @@ class FileRead(Experiment):
         if one_mib and (variant in ("dd", "readinto", "readinto_unaligned") or (
                 variant == "pread_parallel" and point["workers"] == 2)):
             return "1 MiB"
-        return variant if variant in ("read", "erlang_read") else None
+        if variant == "erlang_read":
+            return variant, point["binding"]
+        return variant if variant == "read" else None
 
     def points(self, section: dict[str, Any], config: dict[str, Any]) -> list[Point]:
         """Single readers by block size, ``whole`` once, parallel readers by block
@@ -279,14 +292,25 @@ class FileRead(Experiment):
                 if variant in WHOLE:
                     out.append(self._point(variant, cache, "none", 1, size))
                 elif variant in SINGLE:
-                    out += [self._point(variant, cache, "none", 1, bs)
-                            for bs in lists["block_sizes"]]
+                    out += [self._point(variant, cache, bind, 1, bs)
+                            for bs in lists["block_sizes"]
+                            for bind in self._reader_bindings(variant, cache, bs)]
                 else:
                     out += [self._point(variant, cache, b, w, bs)
                             for bs in lists["parallel_block_sizes"]
                             for w in lists["workers"]
                             for b in lists["bindings"]]
         return self.keep_runtimes(out, section)
+
+    @staticmethod
+    def _reader_bindings(variant: str, cache: str, block_size: int) -> list[str]:
+        """A single reader runs unbound; Erlang's also pinned where its per-call claim
+        reads it (PINNED_ERLANG_READ)."""
+        pinned = PINNED_ERLANG_READ
+        if (variant, cache) == (pinned["variant"], pinned["cache"]) \
+                and block_size in pinned["block_size"]:
+            return ["none", pinned["binding"]]
+        return ["none"]
 
     @staticmethod
     def _point(variant: str, cache: str, bind: str, workers: int, block_size: int) -> Point:
