@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import subprocess
 import sys
 
@@ -202,13 +203,18 @@ def test_full_config_keeps_erlang_to_the_seed_points():
     assert {(p["tasks"], p["rounds"], p["max_sleep"]) for p in timers} == {(500000, 10, 10.0)}
     assert {p["gc"] for p in timers} == {"on"}
     reads = [p for p in planning.grid(cfg, "file_read") if p["variant"] == "erlang_read"]
-    assert sorted(p["block_size"] for p in reads) == [1024, 4096, 1048576]
+    # unbound at the seed's block sizes; pinned too where the per-call claim reads it
+    assert sorted((p["block_size"], p["binding"]) for p in reads) == [
+        (1024, "none"), (1024, "single"), (4096, "none"), (1048576, "none"),
+        (1048576, "single")]
 
 
 def test_cases_time_the_programs_and_record_the_vm(beams, small_file):
     cases = [
         ("file_read", {"variant": "erlang_read", "cache": "warm", "binding": "none",
                        "workers": 1, "block_size": 1 << 20}, {"testfile": str(small_file)}),
+        ("file_read", {"variant": "erlang_read", "cache": "warm", "binding": "single",
+                       "workers": 1, "block_size": 1024}, {"testfile": str(small_file)}),
         ("timers", {"variant": "erlang", "seeding": "identical", "gc": "on", "tasks": 20,
                     "rounds": 2, "max_sleep": 0.01}, {"seed": "1"}),
         ("ring", {"variant": "erlang", "binding": "none", "workers": 2},
@@ -226,6 +232,9 @@ def test_cases_time_the_programs_and_record_the_vm(beams, small_file):
             case.close()
         assert seconds > 0, name
         assert "+S" in case.metadata["perfgrid_vm_flags"]
+        if name == "file_read" and point["binding"] == "single":  # the VM on one CPU
+            assert "+S 1:1" in case.metadata["perfgrid_vm_flags"], case.metadata
+            assert re.fullmatch(r"\[?\d+\]?", str(observed["perfgrid_worker_cpus"])), observed
         assert observed, name
     assert not beam_children()
 
