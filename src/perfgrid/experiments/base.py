@@ -149,13 +149,12 @@ class Experiment:
     def used_by_claims(self, point: Point) -> bool:
         """Whether a claim compares ``point`` (so it needs an interval). Remembered per
         point: parsing the workflow asks it about 20,000 times for a thousand jobs."""
+        key = tuple(point.items())
+        memo = self.__dict__.setdefault("_used_by_claims", {})
         try:
-            key = tuple(point.items())
-            return self.__dict__.setdefault("_used_by_claims", {})[key]
-        except KeyError:
-            found = self.__dict__["_used_by_claims"][key] = matches_any(point,
-                                                                       self.claim_points)
-            return found
+            if key not in memo:
+                memo[key] = matches_any(point, self.claim_points)
+            return memo[key]
         except TypeError:  # a value that cannot be a key: ask every time
             return matches_any(point, self.claim_points)
 

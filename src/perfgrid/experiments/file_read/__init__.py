@@ -28,6 +28,7 @@ from perfgrid.experiments.base import (
     NoisePair,
     Point,
     Tool,
+    matches_any,
     missing_tool,
     version_line,
 )
@@ -254,9 +255,9 @@ class FileRead(Experiment):
     noise_pair = NoisePair(
         "file_read 1 MiB warm", "Python readinto vs dd, 1 MiB blocks, warm",
         {"variant": "readinto", "cache": "warm", "binding": "none", "workers": 1,
-         "block_size": 1 << 20},
+         "block_size": MIB},
         {"variant": "dd", "cache": "warm", "binding": "none", "workers": 1,
-         "block_size": 1 << 20}, 1)
+         "block_size": MIB}, 1)
 
     def claim_rounds(self, point: Point, rounds: int) -> int:
         """Erlang's 1 KiB reads take ~18 s a round: at most SMALL_ERLANG_ROUNDS rounds."""
@@ -268,7 +269,7 @@ class FileRead(Experiment):
         """The points one claim compares run back to back: dd, readinto (aligned or not)
         and two parallel readers at 1 MiB; read at 1 KiB and 1 MiB; erlang_read likewise.
         The other claim points (the best of many parallel rows) are shuffled alone."""
-        variant, one_mib = point["variant"], point["block_size"] == 1 << 20
+        variant, one_mib = point["variant"], point["block_size"] == MIB
         if one_mib and (variant in ("dd", "readinto", "readinto_unaligned") or (
                 variant == "pread_parallel" and point["workers"] == 2)):
             return "1 MiB"
@@ -292,9 +293,8 @@ class FileRead(Experiment):
                 if variant in WHOLE:
                     out.append(self._point(variant, cache, "none", 1, size))
                 elif variant in SINGLE:
-                    out += [self._point(variant, cache, bind, 1, bs)
-                            for bs in lists["block_sizes"]
-                            for bind in self._reader_bindings(variant, cache, bs)]
+                    out += [p for bs in lists["block_sizes"]
+                            for p in self._single_reader(variant, cache, bs)]
                 else:
                     out += [self._point(variant, cache, b, w, bs)
                             for bs in lists["parallel_block_sizes"]
@@ -302,15 +302,12 @@ class FileRead(Experiment):
                             for b in lists["bindings"]]
         return self.keep_runtimes(out, section)
 
-    @staticmethod
-    def _reader_bindings(variant: str, cache: str, block_size: int) -> list[str]:
-        """A single reader runs unbound; Erlang's also pinned where its per-call claim
+    def _single_reader(self, variant: str, cache: str, block_size: int) -> list[Point]:
+        """A single reader's points: unbound, and pinned too where Erlang's per-call claim
         reads it (PINNED_ERLANG_READ)."""
-        pinned = PINNED_ERLANG_READ
-        if (variant, cache) == (pinned["variant"], pinned["cache"]) \
-                and block_size in pinned["block_size"]:
-            return ["none", pinned["binding"]]
-        return ["none"]
+        unbound = self._point(variant, cache, "none", 1, block_size)
+        pinned = {**unbound, "binding": PINNED_ERLANG_READ["binding"]}
+        return [unbound, pinned] if matches_any(pinned, (PINNED_ERLANG_READ,)) else [unbound]
 
     @staticmethod
     def _point(variant: str, cache: str, bind: str, workers: int, block_size: int) -> Point:

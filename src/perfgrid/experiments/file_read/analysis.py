@@ -20,11 +20,10 @@ from perfgrid.analysis import (
     why,
 )
 from perfgrid.experiments.base import Experiment
-from perfgrid.experiments.file_read import PARALLEL, PINNED_ERLANG_READ, SINGLE
+from perfgrid.experiments.file_read import MIB, PARALLEL, PINNED_ERLANG_READ, SINGLE
 from perfgrid.stats import Estimate
 
 GIB = 1 << 30
-MIB = 1 << 20
 _SOURCE = "seed E2 (001_6a977e1b539f3fbc.txt), 16-core machine, Erlang R15B03 +A 16, 1 GiB cached"
 
 #: the seed's published figures; rate is 1 GiB over the published seconds
