@@ -272,6 +272,43 @@ def test_claims_on_paired_rounds_read_as_their_interval_says() -> None:
     assert stats.decide(edge, ">=", high)[0] != "not reproduced"
 
 
+def _same_spread(ratio: float, sd: float, n: int) -> stats.Estimate:
+    """A ratio paired over ``n`` rounds whose per-round logs have mean ``log(ratio)`` and
+    standard deviation ``sd`` exactly, whatever ``n``: the same claim, measured longer."""
+    z = np.linspace(-1.0, 1.0, n)
+    z = z / z.std(ddof=1)
+    return stats.paired(ratio, dict(enumerate((np.log(ratio) + sd * z).tolist(), 1)))
+
+
+@pytest.mark.parametrize(("ratio", "sd", "op", "settles_as"), [
+    (1.08, 0.15, ">=", "reproduced"),
+    (0.93, 0.10, ">=", "not reproduced"),
+    (0.96, 0.12, "<=", "reproduced"),
+    (1.01, 0.06, ">=", "at the threshold"),
+])
+def test_rounds_to_settle_is_where_the_same_spread_settles_the_claim(
+        ratio: float, sd: float, op: str, settles_as: str) -> None:
+    """An undecided claim after 5 rounds: measured with the same per-round spread for 10 %
+    more rounds than :func:`stats.rounds_to_settle` names, it is settled; 10 % fewer, it
+    is not yet (the slack: the bootstrap's quantiles move the interval's ends by ~1 %)."""
+    now = _same_spread(ratio, sd, 5)
+    assert stats.decide(now, op, 1.0)[0] == "inconclusive"
+    rounds = stats.rounds_to_settle(now, 1.0)
+    assert rounds is not None and 5 < rounds < 1000
+    more, fewer = int(rounds * 1.1) + 1, int(rounds * 0.9) - 1
+    assert stats.decide(_same_spread(ratio, sd, more), op, 1.0)[0] == settles_as
+    assert stats.decide(_same_spread(ratio, sd, fewer), op, 1.0)[0] == "inconclusive"
+
+
+def test_rounds_to_settle_says_when_it_cannot_tell() -> None:
+    """No figure without an interval over rounds (one value, an exact count); more than
+    the most it looks for where the spread is far too wide for its distance."""
+    assert stats.rounds_to_settle(stats.Estimate.unknown(1.1, "one value"), 1.0) is None
+    assert stats.rounds_to_settle(stats.poisson_rate(3, 100.0), 0.05) is None
+    hopeless = _same_spread(1.0, 3.0, 5)
+    assert stats.rounds_to_settle(hopeless, 1.0) == stats.SETTLE_MAX + 1
+
+
 def test_a_decision_level_widens_every_interval_inside_it() -> None:
     """Claims judged at three looks decide at 1 - 0.05 / 3: wider intervals, and the level
     is back to 95 % after."""
@@ -316,3 +353,17 @@ def test_a_best_of_chosen_on_first_blocks_names_only_the_chosen_row() -> None:
     # chosen on the first of the 5 shared rounds, estimated on its other 9
     assert sorted(best.blocks) == list(range(2, 11))
     assert best.value == pytest.approx(2.0, rel=0.03)
+
+
+def test_an_undecided_claim_says_how_many_rounds_would_settle_it() -> None:
+    """The report's reason of an inconclusive claim names the rounds that would settle it
+    at its spread; a decided claim's does not."""
+    from perfgrid.analysis import judged
+
+    quantity = _same_spread(1.08, 0.15, 5)
+    undecided = judged("toy", "hypothesis", "criterion", quantity, ">=", 1.0)
+    assert undecided.verdict == "inconclusive"
+    rounds = stats.rounds_to_settle(quantity, 1.0)
+    assert undecided.reason.endswith(f"; at this spread about {rounds:,} rounds would settle it")
+    decided = judged("toy", "hypothesis", "criterion", _same_spread(1.3, 0.05, 5), ">=", 1.0)
+    assert decided.verdict == "reproduced" and "settle" not in decided.reason

@@ -725,3 +725,59 @@ def decide(quantity: Estimate | Bounds, op: str, threshold: float, spec: str = "
     if threshold > 0 and threshold * (1 - margin) <= lo and hi <= threshold * (1 + margin):
         return "at the threshold", f"{text} lies within {margin:.0%} of {threshold:g}{unit}"
     return "inconclusive", f"{text} straddles {threshold:g}{unit}"
+
+
+#: the most blocks :func:`rounds_to_settle` looks as far as
+SETTLE_MAX = 10_000
+
+
+def rounds_to_settle(quantity: Estimate | Bounds, threshold: float,
+                     margin: float = AT_THRESHOLD, level: float | None = None) -> int | None:
+    """About how many blocks (rounds) would settle an undecided claim, decided either way
+    or read at the threshold, if its estimate and per-block spread stayed as they are.
+
+    Each side of the interval (log scale) at ``n`` blocks is taken as today's times
+    ``t(n - 1) / t(b - 1) * sqrt(b / n)`` from the ``b`` blocks it rests on, as
+    perfgrid.analysis.sequential's conditional power takes its half-width; so the figure
+    is a projection, as rough as a spread estimated from ``b`` blocks. It tells a reader
+    whether more time would help. None where the quantity is not an interval over rounds
+    (one process, a best-of's simultaneous bounds, an exact count); ``SETTLE_MAX + 1``
+    where more than :data:`SETTLE_MAX` would be needed.
+    """
+    if not isinstance(quantity, Estimate) or not quantity.has_interval or not threshold > 0:
+        return None
+    if quantity.method == METHOD_PAIRED and quantity.blocks:
+        blocks = len(quantity.blocks)
+    elif quantity.method == METHOD_ROUNDS and np.isfinite(quantity.df):
+        blocks = int(round(quantity.df)) + 1
+    else:
+        return None
+    bounds = quantity.interval(level)
+    if blocks < 2 or bounds is None:
+        return None
+    tail = 1 - (1 - (level or current_level())) / 2
+    centre, line = np.log(quantity.value), np.log(threshold)
+    # each side of the interval, on the log scale (a bootstrap interval need not be
+    # symmetric), and the share of it that may remain: decided once the side facing the
+    # threshold clears it; at the threshold once both lie within ``margin`` of it
+    up, down = np.log(bounds[1]) - centre, centre - np.log(bounds[0])
+    facing = up if line > centre else down
+    share = abs(line - centre) / facing if facing > 0 else np.inf
+    room_up, room_down = line + np.log1p(margin) - centre, centre - line - np.log1p(-margin)
+    if room_up > 0 and room_down > 0 and up > 0 and down > 0:
+        share = max(share, min(room_up / up, room_down / down))
+    t_now = float(_sp.stdtrit(blocks - 1, tail))
+
+    def shrink(n: int) -> float:
+        """The interval's width at ``n`` blocks over its width now."""
+        return float(_sp.stdtrit(n - 1, tail)) / t_now * np.sqrt(blocks / n)
+
+    if share >= 1:
+        return blocks
+    if shrink(SETTLE_MAX) > share:
+        return SETTLE_MAX + 1
+    low, high = blocks, SETTLE_MAX  # shrink(low) > share >= shrink(high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if shrink(middle) > share else (low, middle)
+    return high

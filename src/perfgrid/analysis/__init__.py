@@ -33,12 +33,14 @@ import numpy as np
 from perfgrid.stats import (
     LEFT_OUT,
     LEVEL,
+    SETTLE_MAX,
     Estimate,
     basis,
     current_level,
     decide,
     decision_level,
     reduce,
+    rounds_to_settle,
 )
 
 VERDICTS = ("reproduced", "not reproduced", "at the threshold", "inconclusive")
@@ -96,6 +98,8 @@ def judged(experiment: str, hypothesis: str, criterion: str, quantity: Estimate,
     points = getattr(quantity, "points", frozenset())
     with decision_level(_claim_level(points)):
         verdict, reason = decide(quantity, op, threshold, spec, unit)
+        if verdict == "inconclusive":
+            reason += _settle_words(quantity, threshold)
         bounds = quantity.interval() or (math.nan, math.nan)
         measured = quantity.show(spec, unit) + (f" {detail}" if detail else "")
         level = current_level()
@@ -104,6 +108,17 @@ def judged(experiment: str, hypothesis: str, criterion: str, quantity: Estimate,
                  bounds[0], bounds[1], op, float(threshold), unit, why,
                  basis(quantity) + (f"; {level:.1%} interval (looks)" if level != LEVEL
                                     else ""), level, "; ".join(sorted(points)))
+
+
+def _settle_words(quantity: Estimate, threshold: float) -> str:
+    """How many rounds would settle an undecided claim at its present spread
+    (stats.rounds_to_settle), as words to add to its reason; none where it cannot tell."""
+    rounds = rounds_to_settle(quantity, threshold)
+    if rounds is None:
+        return ""
+    if rounds > SETTLE_MAX:
+        return f"; at this spread more than {SETTLE_MAX:,} rounds would settle it"
+    return f"; at this spread about {rounds:,} rounds would settle it"
 
 
 #: how the claims being judged (:func:`claims_of`) pick their level: the looks each point
