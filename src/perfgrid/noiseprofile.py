@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from perfgrid import experiments, fixtures, jobargs, jobs, lifetime
+from perfgrid import experiments, fixtures, jobargs, jobs, lifetime, stats
 from perfgrid.atomic import write_json
 from perfgrid.experiments.base import Experiment, NoisePair, Point
 from perfgrid.paths import PACKAGE, Layout
@@ -66,8 +66,6 @@ LEVEL = 0.95
 HALF_WIDTH = 0.05
 #: no harness process of the profile may take longer (a hung point fails the profile)
 PROCESS_TIMEOUT_S = 300
-#: blocks_needed gives up (None) beyond this
-MAX_BLOCKS = 100_000
 
 
 @dataclass(frozen=True)
@@ -264,20 +262,9 @@ def side_stats(logs: np.ndarray, process_seconds: Sequence[float],
 def blocks_needed(var: float, df_per_block: float = 1.0, level: float = LEVEL,
                   half_width: float = HALF_WIDTH) -> int | None:
     """Least ``n >= 2`` with ``t(df) * sqrt(var / n) <= ln(1 + half_width)``, where
-    ``df = df_per_block * (n - 1)``; None if ``var`` is unknown or over MAX_BLOCKS."""
-    from scipy.special import ndtri, stdtrit
-
-    if not math.isfinite(var) or var < 0:
-        return None
-    h = math.log1p(half_width)
-    q = 0.5 + level / 2
-    # the normal quantile is below every t quantile: its n is a lower bound
-    n = max(2, math.ceil(float(ndtri(q)) ** 2 * var / h ** 2))
-    while n <= MAX_BLOCKS:
-        if float(stdtrit(df_per_block * (n - 1), q)) * math.sqrt(var / n) <= h:
-            return n
-        n += 1
-    return None
+    ``df = df_per_block * (n - 1)`` (stats.blocks_needed, at this profile's level and
+    width); None if ``var`` is unknown or over stats.MAX_BLOCKS."""
+    return stats.blocks_needed(var, df_per_block, level, half_width)
 
 
 def pair_stats(a: np.ndarray, b: np.ndarray) -> dict[str, Any]:

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -727,8 +728,29 @@ def decide(quantity: Estimate | Bounds, op: str, threshold: float, spec: str = "
     return "inconclusive", f"{text} straddles {threshold:g}{unit}"
 
 
+#: :func:`blocks_needed` gives up (None) beyond this
+MAX_BLOCKS = 100_000
 #: the most blocks :func:`rounds_to_settle` looks as far as
 SETTLE_MAX = 10_000
+
+
+def blocks_needed(var: float, df_per_block: float, level: float,
+                  half_width: float) -> int | None:
+    """Least ``n >= 2`` with ``t(df) * sqrt(var / n) <= ln(1 + half_width)``, where
+    ``df = df_per_block * (n - 1)``: the blocks whose ``level`` interval on the log scale
+    is that narrow, at a per-block variance ``var``; None if ``var`` is unknown or over
+    :data:`MAX_BLOCKS`."""
+    if not math.isfinite(var) or var < 0:
+        return None
+    h = math.log1p(half_width)
+    q = 0.5 + level / 2
+    # the normal quantile is below every t quantile: its n is a lower bound
+    n = max(2, math.ceil(float(_sp.ndtri(q)) ** 2 * var / h ** 2))
+    while n <= MAX_BLOCKS:
+        if float(_sp.stdtrit(df_per_block * (n - 1), q)) * math.sqrt(var / n) <= h:
+            return n
+        n += 1
+    return None
 
 
 def rounds_to_settle(quantity: Estimate | Bounds, threshold: float,
@@ -736,9 +758,10 @@ def rounds_to_settle(quantity: Estimate | Bounds, threshold: float,
     """About how many blocks (rounds) would settle an undecided claim, decided either way
     or read at the threshold, if its estimate and per-block spread stayed as they are.
 
-    Each side of the interval (log scale) at ``n`` blocks is taken as today's times
-    ``t(n - 1) / t(b - 1) * sqrt(b / n)`` from the ``b`` blocks it rests on, as
-    perfgrid.analysis.sequential's conditional power takes its half-width; so the figure
+    Each side of the interval (log scale) gives the per-block variance behind it (the
+    side is ``t(b - 1) * sd / sqrt(b)`` over the ``b`` blocks it rests on), and
+    :func:`blocks_needed` the blocks at which that side would fit: as
+    perfgrid.analysis.sequential's conditional power projects a half-width, so the figure
     is a projection, as rough as a spread estimated from ``b`` blocks. It tells a reader
     whether more time would help. None where the quantity is not an interval over rounds
     (one process, a best-of's simultaneous bounds, an exact count); ``SETTLE_MAX + 1``
@@ -755,29 +778,23 @@ def rounds_to_settle(quantity: Estimate | Bounds, threshold: float,
     bounds = quantity.interval(level)
     if blocks < 2 or bounds is None:
         return None
-    tail = 1 - (1 - (level or current_level())) / 2
+    level = level or current_level()
+    t_now = float(_sp.stdtrit(blocks - 1, 0.5 + level / 2))
+
+    def fits(side: float, room: float) -> float:
+        """Blocks at which a side of the interval now ``side`` wide is at most ``room``
+        (inf where it never is by MAX_BLOCKS, or has no room)."""
+        if room <= 0:
+            return math.inf
+        var = (side * math.sqrt(blocks) / t_now) ** 2
+        return blocks_needed(var, 1.0, level, math.expm1(room)) or math.inf
+
     centre, line = np.log(quantity.value), np.log(threshold)
-    # each side of the interval, on the log scale (a bootstrap interval need not be
-    # symmetric), and the share of it that may remain: decided once the side facing the
-    # threshold clears it; at the threshold once both lie within ``margin`` of it
+    # a bootstrap interval need not be symmetric: decided once the side facing the
+    # threshold clears it; at the threshold once both sides lie within ``margin`` of it
     up, down = np.log(bounds[1]) - centre, centre - np.log(bounds[0])
-    facing = up if line > centre else down
-    share = abs(line - centre) / facing if facing > 0 else np.inf
-    room_up, room_down = line + np.log1p(margin) - centre, centre - line - np.log1p(-margin)
-    if room_up > 0 and room_down > 0 and up > 0 and down > 0:
-        share = max(share, min(room_up / up, room_down / down))
-    t_now = float(_sp.stdtrit(blocks - 1, tail))
-
-    def shrink(n: int) -> float:
-        """The interval's width at ``n`` blocks over its width now."""
-        return float(_sp.stdtrit(n - 1, tail)) / t_now * np.sqrt(blocks / n)
-
-    if share >= 1:
-        return blocks
-    if shrink(SETTLE_MAX) > share:
-        return SETTLE_MAX + 1
-    low, high = blocks, SETTLE_MAX  # shrink(low) > share >= shrink(high)
-    while high - low > 1:
-        middle = (low + high) // 2
-        low, high = (middle, high) if shrink(middle) > share else (low, middle)
-    return high
+    decided = fits(up if line > centre else down, abs(line - centre))
+    at = max(fits(up, line + np.log1p(margin) - centre),
+             fits(down, centre - line - np.log1p(-margin)))
+    rounds = max(blocks, min(decided, at))
+    return SETTLE_MAX + 1 if rounds > SETTLE_MAX else int(rounds)
