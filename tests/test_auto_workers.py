@@ -68,7 +68,8 @@ def test_on_two_cpus_the_full_grid_is_the_one_before_auto(monkeypatch):
     explicit = copy.deepcopy(BASE)
     for name, workers in BEFORE.items():
         explicit[name]["workers"] = workers
-    explicit["http"]["extra_grids"][0]["workers"] = [4]
+    # 1, 2 and 4; the main grid has 1 and 2 at 100,000 requests, this grid one connection
+    explicit["http"]["extra_grids"][0]["workers"] = [1, 2, 4]
     assert points(effective(BASE, 2, monkeypatch)) == points(
         effective(explicit, 2, monkeypatch))
 

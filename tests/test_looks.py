@@ -301,10 +301,11 @@ def test_the_report_says_which_points_a_look_kept(tmp_path) -> None:
 
 
 @pytest.mark.pipeline
-def test_a_look_lets_the_rounds_of_decided_claims_go_in_a_real_run(tmp_path) -> None:
-    """A tiny file_read run with a look after 2 of 3 rounds: the third round runs exactly
-    at the points the look left open (none become jobs elsewhere), the table has their
-    rounds, and an up-to-date dry run plans nothing."""
+def test_looks_let_the_rounds_of_decided_claims_go_in_a_real_run(tmp_path) -> None:
+    """A tiny file_read run with looks after 2 and 3 of 4 rounds: its dry run plans the
+    second look while the first is still to come, each later round runs exactly at the
+    points the looks before it left open (none become jobs elsewhere), the table has
+    their rounds, and an up-to-date dry run plans nothing."""
     import pandas as pd
 
     from perfgrid import experiments
@@ -313,22 +314,26 @@ def test_a_look_lets_the_rounds_of_decided_claims_go_in_a_real_run(tmp_path) -> 
 
     section = {**CONFIG["file_read"], "variants": ["read", "readinto", "dd"],
                "measure": {**CONFIG["file_read"]["measure"], "claims": {
-                   "processes": 1, "values": 1, "target_ci": None, "rounds": 3,
-                   "looks": [2]}}}
+                   "processes": 1, "values": 1, "target_ci": None, "rounds": 4,
+                   "looks": [2, 3]}}}
     root = copy_workflow(tmp_path, {**CONFIG, "host": "looks", "file_read": section})
+    assert "look" in run(root, "-n")
     run(root, "--cores", "2")
     results = root / "results" / "looks"
-    record = json.loads((results / "looks" / "file_read" / "after-2-rounds.json").read_text())
+    records = [json.loads((results / "looks" / "file_read" / f"after-{n}-rounds.json")
+                          .read_text()) for n in (2, 3)]
     exp = experiments.get("file_read")
     table = pd.read_csv(results / "tables" / "file_read.csv")
     claimed = [row for row in table.to_dict("records") if exp.used_by_claims(row)]
     assert claimed
+    raw = results / "raw" / "file_read"
     for row in claimed:
         key = exp.point_key(row)
-        third = list((results / "raw" / "file_read").rglob("round=3.json"))
-        kept = looks.measures(record, key)
-        assert any(key == exp.point_key(_point_of(p)) for p in third) == kept, key
-        assert row["n_rounds"] == (3 if kept else 2), key
+        kept = [looks.measures(record, key) for record in records]
+        later = [any(key == exp.point_key(_point_of(p)) for p in raw.rglob(f"round={n}.json"))
+                 for n in (3, 4)]
+        assert later == [kept[0], kept[0] and kept[1]], key
+        assert row["n_rounds"] == 2 + sum(later), key
     assert "Nothing to be done" in run(root, "-n")
 
 

@@ -353,7 +353,13 @@ def job_look(experiment, point, wildcards):
 
 
 def look_params(wildcards):
-    """The looks planned for the experiment and its claim points' last round."""
+    """The looks planned for the experiment, its claim points' last round, and the record
+    of the look before this one (from the wildcards, not the input: while an earlier look
+    has not run, the input is a placeholder)."""
     planned = looks.schedule(SETTINGS, wildcards.experiment)
-    at = planned.index(int(wildcards.blocks)) + 1 if int(wildcards.blocks) in planned else None
-    return f"--looks {len(planned)} --cap {planned[-1]}" + (f" --at {at}" if at else "")
+    blocks = int(wildcards.blocks)
+    at = planned.index(blocks) + 1 if blocks in planned else None
+    earlier = [n for n in planned if n < blocks]
+    previous = LAYOUT.look(wildcards.experiment, max(earlier)) if earlier else None
+    return (f"--looks {len(planned)} --cap {planned[-1]}" + (f" --at {at}" if at else "")
+            + (f" --previous {shlex.quote(str(previous))}" if previous else ""))

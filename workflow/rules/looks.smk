@@ -16,7 +16,9 @@ checkpoint look:
         blocks=r"\d+",
     params:
         planned=look_params,
-        previous=lambda w, input: f"--previous {input.previous[0]}" if input.previous else "",
+        # by name only once an earlier look has run: until then a later look's input is a
+        # placeholder for that look's record (a dry run shows it so)
+        results=lambda w, input: list(getattr(input, "results", [])),
     # alone, as a benchmark job is: it reads and bootstraps while nothing is measured
     resources:
         bench=1,
@@ -25,4 +27,4 @@ checkpoint look:
         CONDA_ENV
     shell:
         "python -m perfgrid.cli look {wildcards.experiment} {wildcards.blocks} {output:q} "
-        "{input.results:q} {params.planned} {params.previous} > {log:q} 2>&1"
+        "{params.results:q} {params.planned} > {log:q} 2>&1"

@@ -169,14 +169,17 @@ SEED_SCALE = {"tasks": 500_000, "rounds": 10, "max_sleep": 10.0}
 #: the storms the seed-scale claims compare (analysis.py): the fastest Python setting
 #: and Erlang itself
 SEED_SCALE_CLAIMED = {**SEED_SCALE, "variant": ["uvloop", "erlang"]}
-#: rounds of a seed-scale claim point, by seeding, rather than ``measure.claims.rounds``:
-#: three of a storm with identical seeding (~65 s), which decide its wall-time claims
-#: (four gave intervals of +/- 0.4 % (uvloop, at the threshold of 1.10x) and +/- 1.5 %
-#: (Erlang, 1.18-1.21x) in the two runs of 25e85e7: a third as wide would decide them
-#: alike); two of one with independent seeding (100-140 s), which give its claims an
-#: interval: over three full runs the overhead share spread 7 points a storm (uvloop, mean
-#: 25 %: four rounds would decide it, ~4 min more) and 6 (Erlang, mean 12 %: not eight)
-SEED_SCALE_ROUNDS = {"identical": 3, "independent": 2}
+#: rounds of a seed-scale claim point, by (variant, seeding), rather than
+#: ``measure.claims.rounds``: three of uvloop's storm with identical seeding (~65 s), four
+#: of Erlang's, which decide their wall-time claims (four gave intervals of +/- 0.4 %
+#: (uvloop, at the threshold of 1.10x) and +/- 1.5 % (Erlang, 1.18-1.21x) in the two runs
+#: of 25e85e7; in runs E and F of 1c82998 Erlang's three storms each read 1.17-1.25x, and
+#: F's interval at 2 df reached down to 1.09x); two of one with independent seeding
+#: (100-140 s), which give its claims an interval: over three full runs the overhead share
+#: spread 7 points a storm (uvloop, mean 25 %: four rounds would decide it, ~4 min more)
+#: and 6 (Erlang, mean 12 %: not eight)
+SEED_SCALE_ROUNDS = {("uvloop", "identical"): 3, ("erlang", "identical"): 4,
+                     ("uvloop", "independent"): 2, ("erlang", "independent"): 2}
 
 
 class Timers(Experiment):
@@ -189,7 +192,8 @@ class Timers(Experiment):
     #: the gc on/off and uvloop/asyncio claims compare, in ``measure.claims.rounds`` rounds
     #: (their ratios paired round by round); and the seed-scale storms of uvloop and Erlang,
     #: which the seed-scale claims read, in SEED_SCALE_ROUNDS rounds (:meth:`claim_rounds`).
-    #: Other storms (plain asyncio at the seed's scale) stay at one value
+    #: Other storms (plain asyncio at the seed's scale, where a config adds it) stay at one
+    #: value
     claim_points = ({"tasks": CLAIM_TASKS, "max_sleep": 1.0}, SEED_SCALE_CLAIMED)
     #: counted (perfgrid.counters): the 100,000-task sweep points, where a storm lasts
     #: seconds; its claims compare gc on/off and uvloop/asyncio there
@@ -200,9 +204,10 @@ class Timers(Experiment):
     erlang_module = "pg_timers"
 
     def claim_rounds(self, point: Point, rounds: int) -> int:
-        """A seed-scale storm lasts minutes: at most SEED_SCALE_ROUNDS of its seeding."""
+        """A seed-scale storm lasts minutes: at most SEED_SCALE_ROUNDS of its variant and
+        seeding (a claim point's; 2 for any other a config makes one)."""
         if matches_any(point, (SEED_SCALE,)):
-            return min(rounds, SEED_SCALE_ROUNDS[point["seeding"]])
+            return min(rounds, SEED_SCALE_ROUNDS.get((point["variant"], point["seeding"]), 2))
         return rounds
 
     def job_options(self, point: Point, section: dict[str, Any], config: dict[str, Any],
