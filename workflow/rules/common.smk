@@ -326,6 +326,12 @@ def table_results(after_looks):
     return results
 
 
+def previous_look(experiment, blocks):
+    """The record of the look before the one after ``blocks`` rounds, or None."""
+    earlier = [n for n in looks.schedule(SETTINGS, experiment) if n < blocks]
+    return str(LAYOUT.look(experiment, max(earlier))) if earlier else None
+
+
 def look_results(wildcards):
     """Input function of a look: the results of the experiment's claim points up to its
     round (those after an earlier look where it measured them), and the look before it."""
@@ -336,9 +342,8 @@ def look_results(wildcards):
             and planning.rounds_of(SETTINGS, experiment, job.point) > 1]
     results = (measured_rounds(experiment, jobs, False)
                + measured_rounds(experiment, jobs, True))
-    earlier = [n for n in looks.schedule(SETTINGS, experiment) if n < blocks]
-    previous = [str(LAYOUT.look(experiment, max(earlier)))] if earlier else []
-    return {"results": results, "previous": previous,
+    previous = previous_look(experiment, blocks)
+    return {"results": results, "previous": [previous] if previous else [],
             "code": [f"{SRC}/looks.py", f"{SRC}/analysis/sequential.py", f"{SRC}/stats.py",
                      f"{SRC}/aggregate.py",
                      f"{SRC}/analysis/__init__.py", f"{SRC}/experiments/{experiment}/analysis.py"]}
@@ -359,7 +364,6 @@ def look_params(wildcards):
     planned = looks.schedule(SETTINGS, wildcards.experiment)
     blocks = int(wildcards.blocks)
     at = planned.index(blocks) + 1 if blocks in planned else None
-    earlier = [n for n in planned if n < blocks]
-    previous = LAYOUT.look(wildcards.experiment, max(earlier)) if earlier else None
+    previous = previous_look(wildcards.experiment, blocks)
     return (f"--looks {len(planned)} --cap {planned[-1]}" + (f" --at {at}" if at else "")
-            + (f" --previous {shlex.quote(str(previous))}" if previous else ""))
+            + (f" --previous {shlex.quote(previous)}" if previous else ""))
