@@ -138,19 +138,68 @@ def test_a_stopped_look_is_carried_to_the_next_and_the_rounds_after_it(tmp_path)
     assert looks.measured([measured, result]) == [measured]
 
 
-def test_the_harness_writes_a_note_instead_of_measuring_after_a_stopping_look(tmp_path):
-    """bench.py with --look: a look that stopped the claims leaves the round unmeasured
-    (no pyperf run, no lock taken), its result file a note that says why."""
-    from perfgrid import bench
+def _block_plan(tmp_path, look, *workers):
+    """A claim block's plan (perfgrid.block) of syscall points with these worker counts."""
+    from perfgrid import experiments
+
+    exp = experiments.get("syscall")
+    points = []
+    for count in workers:
+        point = {"variant": "python", "call": "getuid", "binding": "spread", "workers": count}
+        points.append({"key": exp.point_key(point),
+                       "args": [w for k, v in point.items() for w in ("--point", f"{k}={v}")]
+                       + ["--lock", str(tmp_path / "no" / "lock"), "--round", "9"],
+                       "result": str(tmp_path / f"workers={count}" / "round=9.json"),
+                       "log": str(tmp_path / "logs" / f"workers={count}.log")})
+    return {"experiment": "syscall", "look": str(look) if look else None, "points": points}
+
+
+def test_a_block_writes_notes_instead_of_measuring_after_a_stopping_look(tmp_path):
+    """perfgrid.block after a look that stopped the claims: no point is measured (no
+    harness started, no lock taken), each result file a note that says why."""
+    from perfgrid import block
 
     look = tmp_path / "after-4-rounds.json"
     look.write_text(json.dumps({"stop": True, "why": "decided", "blocks": 4}))
-    result = tmp_path / "round=5.json"
-    bench.main(["syscall", "--point", "variant=python", "--point", "call=getuid",
-                "--point", "binding=spread", "--point", "workers=1", "--result", str(result),
-                "--lock", str(tmp_path / "no" / "lock"), "--look", str(look), "--round", "5"])
-    assert looks.not_measured(result) == {"look": str(look), "why": "decided", "blocks": 4}
-    assert not (tmp_path / "no").exists()
+    plan = _block_plan(tmp_path, look, 1, 2)
+    block.main([json.dumps(plan)])
+    for point in plan["points"]:
+        assert looks.not_measured(point["result"]) == {"look": str(look), "why": "decided",
+                                                       "blocks": 4}
+    assert not (tmp_path / "no").exists() and not (tmp_path / "logs").exists()
+
+
+def test_a_block_measures_only_the_points_an_open_claim_compares(tmp_path, monkeypatch):
+    """perfgrid.block after a look that left a claim open: the harness measures that
+    claim's points, in the plan's order, and the others get a note."""
+    from perfgrid import block
+
+    look = tmp_path / "after-8-rounds.json"
+    plan = _block_plan(tmp_path, look, 2, 1, 4)
+    look.write_text(json.dumps({"stop": False, "blocks": 8, "cap": 20,
+                                "open_points": [plan["points"][0]["key"],
+                                                plan["points"][2]["key"]],
+                                "open_unnamed": False}))
+    measured = []
+    monkeypatch.setattr(block, "measure", lambda name, point: measured.append(point) or 0)
+    block.main([json.dumps(plan)])
+    assert [p["result"] for p in measured] == [plan["points"][i]["result"] for i in (0, 2)]
+    note = looks.not_measured(plan["points"][1]["result"])
+    assert note is not None and "every claim comparing this point was decided" in note["why"]
+
+
+def test_a_block_stops_at_the_first_point_that_fails(tmp_path, monkeypatch):
+    """A failed point ends the block with its key and log: the points after it are not
+    measured (Snakemake removes a failed job's results and measures the block again)."""
+    from perfgrid import block
+
+    plan = _block_plan(tmp_path, None, 1, 2, 4)
+    measured = []
+    monkeypatch.setattr(block, "measure",
+                        lambda name, point: measured.append(point) or (3 if measured[1:] else 0))
+    with pytest.raises(SystemExit, match=r"workers=2.*exit status 3.*workers=2\.log"):
+        block.main([json.dumps(plan)])
+    assert len(measured) == 2
 
 
 def test_looks_must_lie_before_the_last_round() -> None:
@@ -182,27 +231,6 @@ def test_a_round_after_a_look_measures_only_points_of_open_claims() -> None:
     assert not looks.measures({**record, "stop": True}, "variant=a")
     # a look written before claims named their points goes on with every point
     assert looks.measures({"stop": False}, "variant=c")
-
-
-def test_the_harness_skips_a_point_no_open_claim_compares(tmp_path, monkeypatch) -> None:
-    import pyperf
-
-    from perfgrid import bench, experiments
-
-    monkeypatch.setattr(pyperf.Runner, "_created", set())  # one Runner a process
-
-    point = {"variant": "python", "call": "getuid", "binding": "spread", "workers": 1}
-    other = experiments.get("syscall").point_key({**point, "workers": 2})
-    look = tmp_path / "after-8-rounds.json"
-    look.write_text(json.dumps({"stop": False, "blocks": 8, "cap": 20,
-                                "open_points": [other], "open_unnamed": False}))
-    result = tmp_path / "round=9.json"
-    bench.main(["syscall", *[w for k, v in point.items() for w in ("--point", f"{k}={v}")],
-                "--result", str(result), "--lock", str(tmp_path / "no" / "lock"),
-                "--look", str(look), "--round", "9"])
-    note = looks.not_measured(result)
-    assert note is not None and "every claim comparing this point was decided" in note["why"]
-    assert not (tmp_path / "no").exists()
 
 
 def _look_of(monkeypatch, claims: list, passes: dict[str, int], previous=None, at=1):
@@ -303,10 +331,10 @@ def test_the_report_says_which_points_a_look_kept(tmp_path) -> None:
 
 @pytest.mark.pipeline
 def test_looks_let_the_rounds_of_decided_claims_go_in_a_real_run(tmp_path) -> None:
-    """A tiny file_read run with looks after 2 and 3 of 4 rounds: its dry run plans the
-    second look while the first is still to come, each later round runs exactly at the
-    points the looks before it left open (none become jobs elsewhere), the table has
-    their rounds, and an up-to-date dry run plans nothing."""
+    """A tiny file_read run with looks after 2 and 3 of 4 rounds: its dry run plans both
+    looks and every round's claim block, each later round measures exactly the points
+    the looks before it left open (the others' results are notes), the table has their
+    rounds, and an up-to-date dry run plans nothing."""
     import pandas as pd
 
     from perfgrid import experiments
@@ -318,8 +346,9 @@ def test_looks_let_the_rounds_of_decided_claims_go_in_a_real_run(tmp_path) -> No
                    "processes": 1, "values": 1, "target_ci": None, "rounds": 4,
                    "looks": [2, 3]}}}
     root = copy_workflow(tmp_path, {**CONFIG, "host": "looks", "file_read": section})
-    # both looks are jobs of the plan: the rule formats while the first is still to come
-    assert re.search(r"^look\s+2$", run(root, "-n"), re.MULTILINE)
+    plan = run(root, "-n")
+    assert re.search(r"^look\s+2$", plan, re.MULTILINE)
+    assert all(re.search(rf"^file_read_round_{n}\s+1$", plan, re.MULTILINE) for n in range(1, 5))
     run(root, "--cores", "2")
     results = root / "results" / "looks"
     records = [json.loads((results / "looks" / "file_read" / f"after-{n}-rounds.json")
@@ -332,8 +361,8 @@ def test_looks_let_the_rounds_of_decided_claims_go_in_a_real_run(tmp_path) -> No
     for row in claimed:
         key = exp.point_key(row)
         kept = [looks.measures(record, key) for record in records]
-        later = [any(key == exp.point_key(_point_of(p)) for p in raw.rglob(f"round={n}.json"))
-                 for n in (3, 4)]
+        later = [any(key == exp.point_key(_point_of(p)) and looks.not_measured(p) is None
+                     for p in raw.rglob(f"round={n}.json")) for n in (3, 4)]
         assert later == [kept[0], kept[0] and kept[1]], key
         assert row["n_rounds"] == 2 + sum(later), key
     assert "Nothing to be done" in run(root, "-n")

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 
 import pyperf
 
-from perfgrid import binding, counters, experiments, lifetime, looks, noise
+from perfgrid import binding, counters, experiments, lifetime, noise
 from perfgrid.atomic import atomic_path
 from perfgrid.experiments.base import Case
 from perfgrid.jobargs import pairs
@@ -332,10 +332,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--looks", type=int, default=None,
                         help="the looks this point's claims are judged at (perfgrid.looks), "
                              "recorded for the claims' interval level")
-    parser.add_argument("--look", default=None,
-                        help="the look this round waits for: if no claim it left open "
-                             "compares this point, the round is not measured and --result "
-                             "says so")
     parser.add_argument("--batch", action="store_true",
                         help="(internal) one batch: a plain pyperf run written to --output")
     args = runner.parse_args(argv)
@@ -368,16 +364,6 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("--result PATH is required")
     if args.target_ci is not None and args.max_seconds is None:
         raise SystemExit("--target-ci needs --max-seconds (a hard cap)")
-    if args.look:
-        record = looks.read(args.look)
-        if not looks.measures(record, experiment.point_key(point)):
-            if not record.get("stop"):
-                record = {**record, "why": (
-                    f"after {record.get('blocks')} rounds every claim comparing this point "
-                    f"was decided, or could not be decided by round {record.get('cap')}")}
-            looks.write_not_measured(args.result, args.look, record)
-            print(f"perfgrid: not measured: {record.get('why', '')}", file=sys.stderr)
-            return
     lifetime.watch_snakemake()
     with exclusive(args.lock):
         started = time.time()

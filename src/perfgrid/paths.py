@@ -113,10 +113,22 @@ class Layout:
                 raise ValueError(f"{experiment}: point {point} has not exactly the axes "
                                  f"{list(axes)}")
             point = {axis: point[axis] for axis in axes}
+        return self._point_path("raw", experiment, point, round) + ".json"
+
+    def point_log(self, experiment: str, point: dict[str, Any], round: int | None = None) -> str:
+        """The log of one point's measurement (of one round), beside its result under
+        ``logs/``: :meth:`log_pattern` filled in."""
+        return self._point_path("logs", experiment, point, round) + ".log"
+
+    def _point_path(self, top: str, experiment: str, point: dict[str, Any],
+                    round: int | None) -> str:
+        """``<root>/<top>/<experiment>/<axis>=<value>/...[/round=<r>]``, no suffix: joined
+        as text (the plan asks for some 10,000 paths while Snakemake parses the workflow,
+        and pathlib's joins made a tenth of a second of them)."""
         parts = [f"{axis}={value}" for axis, value in point.items()]
         if round is not None:
             parts.append(f"round={round}")
-        return str(self.raw_dir(experiment) / "/".join(parts)) + ".json"
+        return "/".join([str(self.root), top, experiment, *parts])
 
     @staticmethod
     def result_point(path: str | Path, axes: Sequence[str]) -> tuple[str, dict[str, str]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from typing import Any
 
 from perfgrid import experiments, order
@@ -95,6 +96,48 @@ def claim_block(cfg: dict[str, Any]) -> Callable[[order.Job], tuple[str, int] | 
         return job.experiment, job.round
 
     return block
+
+
+@dataclass(frozen=True)
+class ClaimBlock:
+    """One round of an experiment's claim points as one Snakemake job: the points run back
+    to back in the run's order (perfgrid.block), as ``order.planned`` placed them."""
+
+    experiment: str
+    round: int
+    #: the jobs of the block in the order they run
+    jobs: tuple[order.Job, ...]
+    #: 1, or 2, 3 ... for a later block of the same experiment and round (points of fewer
+    #: rounds, spread over other phases of the run)
+    part: int = 1
+
+    @property
+    def name(self) -> str:
+        """The block's rule name: ``spawn_round_3`` (``timers_round_2_part_2``)."""
+        suffix = f"_part_{self.part}" if self.part > 1 else ""
+        return f"{self.experiment}_round_{self.round}{suffix}"
+
+
+def claim_blocks(cfg: dict[str, Any], ordered: list[order.Job]) -> list[ClaimBlock]:
+    """The run order's claim blocks (:func:`claim_block`) as they run: the jobs of one
+    key that follow each other once the jobs outside any block are left out, each block
+    at the place of its first job. ``ordered`` is ``order.planned``'s plan."""
+    key_of = claim_block(cfg)
+    runs: list[tuple[tuple[str, int], list[order.Job]]] = []
+    for job in ordered:
+        key = key_of(job)
+        if key is None:
+            continue
+        if runs and runs[-1][0] == key:
+            runs[-1][1].append(job)
+        else:
+            runs.append((key, [job]))
+    parts: dict[tuple[str, int], int] = {}
+    out = []
+    for (experiment, round_), members in runs:
+        parts[experiment, round_] = parts.get((experiment, round_), 0) + 1
+        out.append(ClaimBlock(experiment, round_, tuple(members), parts[experiment, round_]))
+    return out
 
 
 def claim_group(job: order.Job) -> Hashable | None:

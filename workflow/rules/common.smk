@@ -173,26 +173,31 @@ def job_priority(experiment):
     return priority
 
 
+def bench_words(experiment, point, round_=None, text=None):
+    """The pyperf harness's own arguments for one point (and round): its axes (``text``:
+    as the job's wildcards spell them; else as its result path does), its repetitions,
+    the lock and the noise limits (perfgrid.bench)."""
+    exp = experiments.get(experiment)
+    words = []
+    for axis in exp.axes:
+        words += ["--point", f"{axis}={(text or point)[axis]}"]
+    words += planning.measure_args(SETTINGS, experiment, point)
+    words += ["--lock", str(LAYOUT.bench_lock)]
+    words += ["--busy-share", str(SETTINGS["noise"]["busy_share"])]
+    words += ["--steal-share", str(SETTINGS["noise"]["steal_share"]), "--verbose"]
+    if round_ is not None:
+        words += ["--round", str(round_)]
+    return words
+
+
 def bench_params(experiment):
     """Command-line arguments of the pyperf harness for one job's wildcards."""
 
     @jobs.signature_once
     def args(wildcards):
-        exp = experiments.get(experiment)
-        words = []
-        for axis in exp.axes:
-            words += ["--point", f"{axis}={wildcards[axis]}"]
-        point = exp.parse_point({a: wildcards[a] for a in exp.axes})
-        words += planning.measure_args(SETTINGS, experiment, point)
-        words += ["--lock", str(LAYOUT.bench_lock)]
-        words += ["--busy-share", str(SETTINGS["noise"]["busy_share"])]
-        words += ["--steal-share", str(SETTINGS["noise"]["steal_share"]), "--verbose"]
-        if "round" in wildcards.keys():
-            words += ["--round", wildcards.round]
-            look = job_look(experiment, point, wildcards)
-            if look is not None:  # measured only if that look left a claim undecided
-                words += ["--look", look]
-        return shlex.join(words)
+        point = job_point(experiment, wildcards)
+        text = {a: wildcards[a] for a in experiments.get(experiment).axes}
+        return shlex.join(bench_words(experiment, point, wildcards.get("round"), text))
 
     return args
 
@@ -221,11 +226,7 @@ def job_inputs(experiment):
     def named(wildcards):
         exp = experiments.get(experiment)
         point = job_point(experiment, wildcards)
-        found = jobs.inputs(exp, point, SETTINGS, LAYOUT, SRC)
-        look = job_look(experiment, point, wildcards)
-        if look is not None:
-            found["look"] = [look]
-        return found
+        return jobs.inputs(exp, point, SETTINGS, LAYOUT, SRC)
 
     return named
 
@@ -252,6 +253,18 @@ def job_memory(experiment):
     since a rule's resource that comes out None drops the profile's default-resources one."""
     mem_mb = experiments.get(experiment).job_mem_mb(SETTINGS)
     return {} if mem_mb is None else {"mem_mb": mem_mb}
+
+
+def sweep_rounds(experiment):
+    """The experiment rule's ``round`` constraint: where only claim points have rounds
+    (``measure.rounds`` 1), the rule makes round 1 of the points measured once, and the
+    claim blocks every round of the others. So a later round's result has one rule that
+    can make it: Snakemake sets up a job of every rule that could (ruleorder picks one
+    after), which for ~3,000 claim results doubled an up-to-date dry run."""
+    if planning.rounds_of(SETTINGS, experiment) < 2:
+        return {}
+    measure = SETTINGS[experiment]["measure"]
+    return {"round": "1"} if int(measure.get("rounds") or 1) < 2 else {}
 
 
 def axis_constraints(experiment):
@@ -290,42 +303,73 @@ def noise_memory():
     return {"mem_mb": max(asked)} if asked else {}
 
 
-# --- looks at an experiment's claims (rules/looks.smk, perfgrid.looks) ---------------------
-def measured_rounds(experiment, jobs, after_looks):
-    """The result files of ``jobs``: with ``after_looks`` False those no look decides on,
-    else the rounds after a look that it measures, where a claim the look left open
-    compares the point (perfgrid.looks.measures). A look is a checkpoint: asking for its
-    record before it ran defers the asker (the other inputs are asked for at once), and
-    the rounds it lets go never become jobs."""
-    exp, records, out = experiments.get(experiment), {}, []
-    for job in jobs:
-        look = looks.look_before(SETTINGS, experiment, job.point, job.round)
-        if (look is not None) != after_looks:
-            continue
-        if look is not None:
-            if look not in records:
-                done = checkpoints.look.get(experiment=experiment, blocks=str(look))
-                records[look] = looks.read(done.output[0])
-            if not looks.measures(records[look], exp.point_key(job.point)):
-                continue
-        out.append(LAYOUT.raw_result(experiment, job.point, round=job.round))
+# --- claim blocks (rules/benchmark.smk, perfgrid.block) -----------------------------------
+# one Snakemake job per round of an experiment's claim points, as the order placed them
+CLAIM_BLOCKS = planning.claim_blocks(SETTINGS, ORDER)
+
+
+def block_priority(block):
+    """A claim block's Snakemake priority: its first point's place in the run's order."""
+    first = block.jobs[0]
+    return PRIORITY[first.key(experiments.get(block.experiment).axes)]
+
+
+def block_outputs(block):
+    """A claim block's result files, one per point, in the order they are measured."""
+    return [LAYOUT.raw_result(job.experiment, job.point, round=job.round) for job in block.jobs]
+
+
+def block_inputs(block):
+    """What a claim block needs (unpack): what a job of each of its points would need, and
+    the record of the look its round waits for, if any."""
+    exp, out = experiments.get(block.experiment), {}
+    for job in block.jobs:
+        for name, files in jobs.inputs(exp, job.point, SETTINGS, LAYOUT, SRC).items():
+            out.setdefault(name, [])
+            out[name] += [f for f in files if f not in out[name]]
+    look = block_look(block)
+    if look is not None:
+        out["look"] = [look]
     return out
 
 
-def table_results(after_looks):
-    """Input function of a table: the experiment's results no look decides on, or
-    (``after_looks``) the rounds after its looks that they measure."""
-
-    def results(wildcards):
-        experiment = wildcards.experiment
-        if looks.looks_of(SETTINGS, experiment) < 2:
-            return [] if after_looks else list(runnable(experiment))
-        jobs = [j for j in JOBS if j.experiment == experiment]
-        return measured_rounds(experiment, jobs, after_looks)
-
-    return results
+def block_look(block):
+    """The record of the look a claim block's round waits for (perfgrid.looks), or None."""
+    look = looks.look_before(SETTINGS, block.experiment, block.jobs[0].point, block.round)
+    return None if look is None else str(LAYOUT.look(block.experiment, look))
 
 
+def block_plan(block):
+    """The block's plan as perfgrid.block reads it (as JSON): the look its round waits for,
+    and each point's key (what a look names), the harness's arguments, its result and
+    its log."""
+    exp = experiments.get(block.experiment)
+    points = []
+    for job in block.jobs:
+        words = [*bench_words(block.experiment, job.point, job.round),
+                 *jobargs.option_words(jobs.options(exp, job.point, SETTINGS, LAYOUT))]
+        points.append({"key": exp.point_key(job.point), "args": words,
+                       "result": LAYOUT.raw_result(job.experiment, job.point, round=job.round),
+                       "log": str(LAYOUT.point_log(job.experiment, job.point, job.round))})
+    return {"experiment": block.experiment, "look": block_look(block), "points": points}
+
+
+def block_params(block):
+    """A claim block's params: ``digest``, which Snakemake records and compares (a rerun
+    trigger: it changes with any point's arguments, not with the order inside the block),
+    and ``plan``, the plan itself for the command line. The plan is a function of the
+    output, which Snakemake neither records nor compares: recorded, it would be stored
+    once per result file, some 15 kB for each of a block's ~50 points."""
+    import hashlib
+
+    plan = block_plan(block)
+    parts = sorted(json.dumps(p, sort_keys=True) for p in plan["points"])
+    digest = hashlib.sha256("\n".join([str(plan["look"]), *parts]).encode()).hexdigest()
+    text = shlex.quote(json.dumps(plan))
+    return {"digest": digest[:16], "plan": lambda wildcards, output: text}
+
+
+# --- looks at an experiment's claims (rules/looks.smk, perfgrid.looks) ---------------------
 def previous_look(experiment, blocks):
     """The record of the look before the one after ``blocks`` rounds, or None."""
     earlier = [n for n in looks.schedule(SETTINGS, experiment) if n < blocks]
@@ -334,14 +378,14 @@ def previous_look(experiment, blocks):
 
 def look_results(wildcards):
     """Input function of a look: the results of the experiment's claim points up to its
-    round (those after an earlier look where it measured them), and the look before it."""
+    round (a round after an earlier look that let its point go is a note that says so),
+    and the look before it."""
     experiment, blocks = wildcards.experiment, int(wildcards.blocks)
     exp = experiments.get(experiment)
-    jobs = [job for job in JOBS if job.experiment == experiment and job.round <= blocks
-            and exp.used_by_claims(job.point)
-            and planning.rounds_of(SETTINGS, experiment, job.point) > 1]
-    results = (measured_rounds(experiment, jobs, False)
-               + measured_rounds(experiment, jobs, True))
+    results = [LAYOUT.raw_result(experiment, job.point, round=job.round) for job in JOBS
+               if job.experiment == experiment and job.round <= blocks
+               and exp.used_by_claims(job.point)
+               and planning.rounds_of(SETTINGS, experiment, job.point) > 1]
     previous = previous_look(experiment, blocks)
     return {"results": results, "previous": [previous] if previous else [],
             "code": [f"{SRC}/looks.py", f"{SRC}/analysis/sequential.py", f"{SRC}/stats.py",
@@ -349,18 +393,9 @@ def look_results(wildcards):
                      f"{SRC}/analysis/__init__.py", f"{SRC}/experiments/{experiment}/analysis.py"]}
 
 
-def job_look(experiment, point, wildcards):
-    """The record of the look a benchmark job's round waits for (perfgrid.looks), or None."""
-    if "round" not in wildcards.keys():
-        return None
-    look = looks.look_before(SETTINGS, experiment, point, int(wildcards.round))
-    return None if look is None else str(LAYOUT.look(experiment, look))
-
-
 def look_params(wildcards):
     """The looks planned for the experiment, its claim points' last round, and the record
-    of the look before this one (from the wildcards, not the input: while an earlier look
-    has not run, the input is a placeholder)."""
+    of the look before this one."""
     planned = looks.schedule(SETTINGS, wildcards.experiment)
     blocks = int(wildcards.blocks)
     at = planned.index(blocks) + 1 if blocks in planned else None

@@ -7,8 +7,7 @@ REPORT_CODE = sorted(f"{SRC}/report/{name}" for name in os.listdir(f"{SRC}/repor
 
 rule table:
     input:
-        results=table_results(after_looks=False),
-        measured_after_looks=table_results(after_looks=True),
+        results=lambda wildcards: runnable(wildcards.experiment),
         code=[f"{SRC}/aggregate.py", f"{SRC}/stats.py", f"{SRC}/looks.py"],
     output:
         report(
@@ -23,7 +22,7 @@ rule table:
         CONDA_ENV
     shell:
         "python -m perfgrid.cli table {wildcards.experiment} {output:q} {input.results:q} "
-        "{input.measured_after_looks:q} > {log:q} 2>&1"
+        "> {log:q} 2>&1"
 
 
 rule plots:

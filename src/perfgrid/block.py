@@ -1,0 +1,78 @@
+"""One claim block: one round of the points an experiment's claims compare, measured back
+to back by one Snakemake job (rules/benchmark.smk).
+
+    python -m perfgrid.block PLAN
+
+``PLAN`` is JSON (common.smk's ``block_plan``): the experiment, the record of the look
+the round waits for (or null), and the points in the order perfgrid.order drew, each with
+its key, the harness's arguments, its result and its log.
+
+Each point is measured by the harness (perfgrid.bench) in its own process, exactly as a
+job of its own would be, its output in its own log; the block adds no scheduling between
+them, so a claim's sides are seconds apart. Where the round waits for a look
+(perfgrid.looks) that let a point go, the point gets the note that it was not measured
+instead, and no process is started for it. The first point that fails ends the block
+(Snakemake then removes its results, and a rerun measures the block again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from perfgrid import lifetime, looks
+
+
+def let_go(point: dict[str, Any], look: str, record: dict[str, Any]) -> None:
+    """Write the note that ``point`` was not measured this round, and why."""
+    if not record.get("stop"):
+        record = {**record, "why": (
+            f"after {record.get('blocks')} rounds every claim comparing this point was "
+            f"decided, or could not be decided by round {record.get('cap')}")}
+    looks.write_not_measured(point["result"], look, record)
+    print(f"perfgrid: {point['key']}: not measured: {record.get('why', '')}", flush=True)
+
+
+def measure(experiment: str, point: dict[str, Any]) -> int:
+    """Run the harness for one point, its output to the point's log; its exit status."""
+    Path(point["log"]).parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "perfgrid.bench", experiment, *point["args"],
+           "--result", point["result"]]
+    with open(point["log"], "w") as log:
+        return subprocess.run(lifetime.command(cmd), stdout=log, stderr=subprocess.STDOUT,
+                              check=False).returncode
+
+
+def run(plan: dict[str, Any]) -> None:
+    """Measure every point of ``plan`` in its order (those its look lets go: a note)."""
+    look = plan.get("look")
+    record = looks.read(look) if look else None
+    points = plan["points"]
+    for index, point in enumerate(points, 1):
+        if record is not None and not looks.measures(record, point["key"]):
+            let_go(point, look, record)
+            continue
+        began = time.monotonic()
+        status = measure(plan["experiment"], point)
+        if status != 0:
+            raise SystemExit(f"perfgrid: {point['key']}: the harness failed (exit status "
+                             f"{status}); its log: {point['log']}")
+        print(f"perfgrid: {index}/{len(points)} {point['key']} "
+              f"({time.monotonic() - began:.1f} s)", flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m perfgrid.block", description=__doc__)
+    parser.add_argument("plan", help="the block's plan, JSON")
+    args = parser.parse_args(argv)
+    lifetime.watch_snakemake()
+    run(json.loads(args.plan))
+
+
+if __name__ == "__main__":
+    main()
