@@ -9,7 +9,7 @@ only for erlang points" is decided here, once, from what the experiment declares
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from perfgrid import experiments
@@ -75,6 +75,17 @@ def inputs(experiment: Experiment, point: Point, config: dict[str, Any], layout:
     out["binary"] = [str(layout.native_binary(program))] if program else []
     out["beams"] = [f"{layout.erlang_beams}/{m}.beam" for m in erlang_modules(experiment, point)]
     return out
+
+
+def merged_inputs(points: Iterable[tuple[Experiment, Point]], config: dict[str, Any],
+                  layout: Layout, src: str) -> dict[str, list[str]]:
+    """The named inputs of several points' jobs as one job's (a claim block, the noise
+    profile): each name's files in the order first met, each file once."""
+    out: dict[str, dict[str, None]] = {}
+    for experiment, point in points:
+        for name, files in inputs(experiment, point, config, layout, src).items():
+            out.setdefault(name, {}).update(dict.fromkeys(files))
+    return {name: list(files) for name, files in out.items()}
 
 
 def options(experiment: Experiment, point: Point, config: dict[str, Any],

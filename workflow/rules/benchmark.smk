@@ -55,18 +55,19 @@ def experiment_threads(experiment):
 
 
 for _block in CLAIM_BLOCKS:
+    _plan = block_plan(_block)
 
     rule:
         name:
             _block.name
         input:
-            **block_inputs(_block),
+            **block_inputs(_block, _plan),
         output:
-            block_outputs(_block),
+            [point["result"] for point in _plan["points"]],
         log:
             LAYOUT.log(_block.experiment, f"{_block.name}.log"),
         params:
-            **block_params(_block),
+            **block_params(_plan),
         threads: experiment_threads(_block.experiment)
         resources:
             bench=1,

@@ -289,12 +289,8 @@ def noise_inputs(wildcards):
     """Input function (unpack) of the noise profile: the config as used (ancient: a config
     edit elsewhere does not rerun it), its code, and what a benchmark job of each of its
     points needs (its files, code and C program)."""
-    out = {"config": ancient(str(LAYOUT.used_config)), "code": f"{SRC}/noiseprofile.py"}
-    for exp, point in NOISE_PAIRS:
-        for name, files in jobs.inputs(exp, point, SETTINGS, LAYOUT, SRC).items():
-            out.setdefault(name, [])
-            out[name] += [f for f in files if f not in out[name]]
-    return out
+    return {"config": ancient(str(LAYOUT.used_config)), "code": f"{SRC}/noiseprofile.py",
+            **jobs.merged_inputs(NOISE_PAIRS, SETTINGS, LAYOUT, SRC)}
 
 
 def noise_memory():
@@ -314,22 +310,13 @@ def block_priority(block):
     return PRIORITY[first.key(experiments.get(block.experiment).axes)]
 
 
-def block_outputs(block):
-    """A claim block's result files, one per point, in the order they are measured."""
-    return [LAYOUT.raw_result(job.experiment, job.point, round=job.round) for job in block.jobs]
-
-
-def block_inputs(block):
+def block_inputs(block, plan):
     """What a claim block needs (unpack): what a job of each of its points would need, and
-    the record of the look its round waits for, if any."""
-    exp, out = experiments.get(block.experiment), {}
-    for job in block.jobs:
-        for name, files in jobs.inputs(exp, job.point, SETTINGS, LAYOUT, SRC).items():
-            out.setdefault(name, [])
-            out[name] += [f for f in files if f not in out[name]]
-    look = block_look(block)
-    if look is not None:
-        out["look"] = [look]
+    the record of the look its round waits for (its ``plan``'s), if any."""
+    exp = experiments.get(block.experiment)
+    out = jobs.merged_inputs(((exp, job.point) for job in block.jobs), SETTINGS, LAYOUT, SRC)
+    if plan["look"] is not None:
+        out["look"] = [plan["look"]]
     return out
 
 
@@ -341,8 +328,9 @@ def block_look(block):
 
 def block_plan(block):
     """The block's plan as perfgrid.block reads it (as JSON): the look its round waits for,
-    and each point's key (what a look names), the harness's arguments, its result and
-    its log."""
+    and each point's key (what a look names), the harness's arguments, its result (the
+    block's outputs, in the order they are measured) and its log. Made once per block:
+    the rule's input, output and params all read it."""
     exp = experiments.get(block.experiment)
     points = []
     for job in block.jobs:
@@ -350,11 +338,11 @@ def block_plan(block):
                  *jobargs.option_words(jobs.options(exp, job.point, SETTINGS, LAYOUT))]
         points.append({"key": exp.point_key(job.point), "args": words,
                        "result": LAYOUT.raw_result(job.experiment, job.point, round=job.round),
-                       "log": str(LAYOUT.point_log(job.experiment, job.point, job.round))})
+                       "log": LAYOUT.point_log(job.experiment, job.point, job.round)})
     return {"experiment": block.experiment, "look": block_look(block), "points": points}
 
 
-def block_params(block):
+def block_params(plan):
     """A claim block's params: ``digest``, which Snakemake records and compares (a rerun
     trigger: it changes with any point's arguments, not with the order inside the block),
     and ``plan``, the plan itself for the command line. The plan is a function of the
@@ -362,7 +350,6 @@ def block_params(block):
     once per result file, some 15 kB for each of a block's ~50 points."""
     import hashlib
 
-    plan = block_plan(block)
     parts = sorted(json.dumps(p, sort_keys=True) for p in plan["points"])
     digest = hashlib.sha256("\n".join([str(plan["look"]), *parts]).encode()).hexdigest()
     text = shlex.quote(json.dumps(plan))
