@@ -100,7 +100,7 @@ REJECTED = [
     ({'measure': {'processes': 'two'}},
      'measure.processes', 'allowed: a whole number without a decimal point >= 1 and <= 100'),
     ({'unknown_key': 1},
-     'config', "allowed keys: ['experiments', 'file_read', 'host', 'http', 'measure', 'noi"),
+     'config', "allowed keys: ['budget', 'experiments', 'file_read', 'host', 'http', 'measure'"),
     ({'experiments': ['file_read', 'teleport']},
      'experiments[1]', "allowed: one of ['spawn', 'file_read', 'syscall', 'timers', 'ring', '"),
     ({'experiments': []},

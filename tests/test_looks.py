@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -202,6 +203,73 @@ def test_a_block_stops_at_the_first_point_that_fails(tmp_path, monkeypatch):
     assert len(measured) == 2
 
 
+def _budget_plan(tmp_path, round_, minutes_ago, minutes=60, keep_rounds=3):
+    """A block plan of ``round_`` with a time budget, the run started ``minutes_ago``."""
+    record = tmp_path / "run.json"
+    record.write_text(json.dumps({"started": time.time() - 60 * minutes_ago}))
+    plan = _block_plan(tmp_path, None, 1, 2)
+    return {**plan, "round": round_, "budget": {"minutes": minutes,
+                                                 "keep_rounds": keep_rounds,
+                                                 "run_record": str(record)}}
+
+
+def test_a_later_round_past_the_time_budget_writes_notes_and_measures_nothing(tmp_path,
+                                                                              monkeypatch):
+    """A block of a round after keep_rounds that starts past budget.minutes: every point a
+    note (look: budget) that says when and why, no harness started."""
+    from perfgrid import block
+
+    monkeypatch.setattr(block, "measure", lambda name, point: pytest.fail("measured"))
+    plan = _budget_plan(tmp_path, 4, minutes_ago=61)
+    block.main([json.dumps(plan)])
+    for point in plan["points"]:
+        note = looks.not_measured(point["result"])
+        assert note is not None and note["look"] == looks.BUDGET and note["blocks"] == 3
+        assert "round 4 would start 61 min after the run did" in note["why"]
+        assert "budget.minutes (60)" in note["why"] and "rounds up to 3" in note["why"]
+
+
+@pytest.mark.parametrize("round_, minutes_ago, minutes", [
+    (3, 90, 60),      # a round up to keep_rounds: measured whatever the time
+    (4, 59, 60),      # within the budget
+    (9, 600, None),   # no budget
+])
+def test_a_round_is_measured_within_the_budget_or_up_to_keep_rounds(tmp_path, monkeypatch,
+                                                                    round_, minutes_ago,
+                                                                    minutes):
+    from perfgrid import block
+
+    measured = []
+    monkeypatch.setattr(block, "measure", lambda name, point: measured.append(point) or 0)
+    plan = _budget_plan(tmp_path, round_, minutes_ago, minutes=minutes)
+    block.main([json.dumps(plan)])
+    assert measured == plan["points"]
+
+
+def test_a_block_without_a_record_of_the_run_start_has_no_budget(tmp_path) -> None:
+    """Run by hand (no run.json): the budget cannot count, so it stops nothing."""
+    from perfgrid import block
+
+    budget = {"minutes": 1, "keep_rounds": 1, "run_record": str(tmp_path / "run.json")}
+    assert block.past_budget(budget, 5) is None
+    (tmp_path / "run.json").write_text(json.dumps({"started": 0.0}))
+    assert block.past_budget(budget, 5)["stop"] is True
+
+
+def test_the_report_says_how_many_rounds_the_budget_let_go(tmp_path) -> None:
+    from perfgrid.paths import Layout
+    from perfgrid.report import budget_notes
+
+    layout = Layout(tmp_path)
+    assert budget_notes(layout, "spawn") == []
+    for name, look, blocks in (("a", looks.BUDGET, 5), ("b", looks.BUDGET, 4),
+                               ("c", "after-5-rounds.json", 5)):
+        looks.write_not_measured(layout.raw_dir("spawn") / name / "round=6.json", look,
+                                 {"why": "", "blocks": blocks})
+    [line] = budget_notes(layout, "spawn")
+    assert "before 2 point rounds" in line and "from round 5 on" in line
+
+
 def test_looks_must_lie_before_the_last_round() -> None:
     from perfgrid import settings
 
@@ -366,6 +434,38 @@ def test_looks_let_the_rounds_of_decided_claims_go_in_a_real_run(tmp_path) -> No
         assert later == [kept[0], kept[0] and kept[1]], key
         assert row["n_rounds"] == 2 + sum(later), key
     assert "Nothing to be done" in run(root, "-n")
+
+
+@pytest.mark.pipeline
+def test_the_time_budget_lets_the_later_rounds_go_in_a_real_run(tmp_path) -> None:
+    """A tiny file_read run of 3 rounds whose budget is spent at once: rounds 1 and 2 are
+    measured whatever the time (keep_rounds), round 3 is notes, the claims use 2 rounds,
+    and the report says so."""
+    import pandas as pd
+
+    from perfgrid import experiments
+
+    from helpers import CONFIG, copy_workflow, run
+
+    section = {**CONFIG["file_read"], "variants": ["readinto", "dd"],
+               "measure": {**CONFIG["file_read"]["measure"], "claims": {
+                   "processes": 1, "values": 1, "target_ci": None, "rounds": 3,
+                   "looks": []}}}
+    root = copy_workflow(tmp_path, {**CONFIG, "host": "budget", "experiments": ["file_read"],
+                                    "budget": {"minutes": 1e-6, "keep_rounds": 2},
+                                    "file_read": section})
+    run(root, "--cores", "2")
+    results = root / "results" / "budget"
+    raw = results / "raw" / "file_read"
+    notes = {n: [looks.not_measured(p) for p in raw.rglob(f"round={n}.json")]
+             for n in (1, 2, 3)}
+    assert notes[3] and all(note and note["look"] == looks.BUDGET for note in notes[3])
+    assert notes[1] and notes[2] and not any(notes[1] + notes[2])
+    exp = experiments.get("file_read")
+    table = pd.read_csv(results / "tables" / "file_read.csv")
+    claimed = [row for row in table.to_dict("records") if exp.used_by_claims(row)]
+    assert claimed and all(row["n_rounds"] == 2 for row in claimed)
+    assert "time budget (budget.minutes) was spent" in (results / "report.md").read_text()
 
 
 def _point_of(path) -> dict:

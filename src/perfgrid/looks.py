@@ -103,6 +103,10 @@ def measures(record: dict[str, Any], point_key: str) -> bool:
 
 
 # -- the rounds a look stopped ------------------------------------------------------------
+#: a note's ``look`` where the run's time budget, not a look, let the round go (perfgrid.block)
+BUDGET = "budget"
+
+
 def write_not_measured(result: str | Path, look: str | Path, record: dict[str, Any]) -> None:
     """In place of a result: the note that this round was not measured, and why."""
     from perfgrid.atomic import write_json

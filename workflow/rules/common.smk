@@ -327,8 +327,9 @@ def block_look(block):
 
 
 def block_plan(block):
-    """The block's plan as perfgrid.block reads it (as JSON): the look its round waits for,
-    and each point's key (what a look names), the harness's arguments, its result (the
+    """The block's plan as perfgrid.block reads it (as JSON): its round, the look it waits
+    for, the run's time budget (``budget``, with the record of the run's start), and each
+    point's key (what a look names), the harness's arguments, its result (the
     block's outputs, in the order they are measured) and its log. Made once per block:
     the rule's input, output and params all read it."""
     exp = experiments.get(block.experiment)
@@ -339,12 +340,15 @@ def block_plan(block):
         points.append({"key": exp.point_key(job.point), "args": words,
                        "result": LAYOUT.raw_result(job.experiment, job.point, round=job.round),
                        "log": LAYOUT.point_log(job.experiment, job.point, job.round)})
-    return {"experiment": block.experiment, "look": block_look(block), "points": points}
+    return {"experiment": block.experiment, "round": block.round, "look": block_look(block),
+            "budget": {**SETTINGS["budget"], "run_record": str(LAYOUT.run_record)},
+            "points": points}
 
 
 def block_params(plan):
     """A claim block's params: ``digest``, which Snakemake records and compares (a rerun
-    trigger: it changes with any point's arguments, not with the order inside the block),
+    trigger: it changes with any point's arguments, not with the order inside the block or
+    the time budget),
     and ``plan``, the plan itself for the command line. The plan is a function of the
     output, which Snakemake neither records nor compares: recorded, it would be stored
     once per result file, some 15 kB for each of a block's ~50 points."""

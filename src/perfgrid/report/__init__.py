@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from perfgrid import experiments, fixtures, gitinfo
+from perfgrid import experiments, fixtures, gitinfo, looks
 from perfgrid.aggregate import read_table
 from perfgrid.analysis import Claim, claims_of, hook, module
 from perfgrid.atomic import write_text
@@ -80,6 +80,20 @@ def look_notes(layout: Layout, experiment: str) -> list[str]:
     return lines
 
 
+def budget_notes(layout: Layout, experiment: str) -> list[str]:
+    """A line if the run's time budget let later rounds of the experiment's claim points
+    go (perfgrid.block): how many, and from which round on."""
+    notes = [note for note in map(looks.not_measured,
+                                  layout.raw_dir(experiment).rglob("round=*.json"))
+             if note is not None and note.get("look") == looks.BUDGET]
+    if not notes:
+        return []
+    first = min(note["blocks"] for note in notes) + 1
+    return [f"The run's time budget (budget.minutes) was spent before {len(notes)} point "
+            f"rounds of its claim points, from round {first} on: they were not measured, "
+            f"and its claims' intervals use the rounds before them."]
+
+
 def build(root: Path, experiment_names: list[str], cv_threshold: float) -> dict[str, Any]:
     """Everything the report shows, as data (tables, claims, figure paths)."""
     layout = Layout(root)
@@ -108,7 +122,8 @@ def build(root: Path, experiment_names: list[str], cv_threshold: float) -> dict[
             "claims": claims,
             "seed": seed_comparison(seed_rows, table, axes),
             "seed_source": sorted({r.get("source", "") for r in seed_rows}),
-            "notes": hook(analysis, "notes")(table, experiment) + look_notes(layout, name),
+            "notes": hook(analysis, "notes")(table, experiment) + look_notes(layout, name)
+                     + budget_notes(layout, name),
             "flags": flags(table, cv_threshold),
             "precision": precision(table),
             "unconverged": unconverged(table, list(axes)),
