@@ -43,8 +43,7 @@ def let_go(point: dict[str, Any], look: str, record: dict[str, Any]) -> None:
     print(f"perfgrid: {point['key']}: not measured: {record.get('why', '')}", flush=True)
 
 
-def past_budget(budget: dict[str, Any] | None, round_: int,
-                now: float | None = None) -> dict[str, Any] | None:
+def past_budget(budget: dict[str, Any] | None, round_: int) -> dict[str, Any] | None:
     """The note's record when a block of ``round_`` starts past the run's time budget
     (``budget``: the plan's ``minutes``, ``keep_rounds`` and ``run_record``), else None.
     A round up to ``keep_rounds`` is always measured, so every claim keeps its interval."""
@@ -54,7 +53,7 @@ def past_budget(budget: dict[str, Any] | None, round_: int,
         started = float(json.loads(Path(budget["run_record"]).read_text())["started"])
     except (OSError, ValueError, KeyError, TypeError):
         return None  # no record of the run's start (a block run by hand): no budget
-    minutes = ((time.time() if now is None else now) - started) / 60
+    minutes = (time.time() - started) / 60
     if minutes <= budget["minutes"]:
         return None
     return {"stop": True, "blocks": round_ - 1, "why": (
@@ -76,14 +75,14 @@ def measure(experiment: str, point: dict[str, Any]) -> int:
 def run(plan: dict[str, Any]) -> None:
     """Measure every point of ``plan`` in its order (those its look lets go, or all of them
     past the run's time budget: a note)."""
-    look = plan.get("look")
-    record = looks.read(look) if look else None
     points = plan["points"]
     spent = past_budget(plan.get("budget"), plan.get("round", 1))
     if spent is not None:
         for point in points:
             let_go(point, looks.BUDGET, spent)
         return
+    look = plan.get("look")
+    record = looks.read(look) if look else None
     for index, point in enumerate(points, 1):
         if record is not None and not looks.measures(record, point["key"]):
             let_go(point, look, record)
