@@ -12,6 +12,10 @@
 # jobs. A block's outputs are its points' result files, which the experiment's rule
 # could also make: the block rule comes first (ruleorder).
 #
+# A benchmark job that fails runs once more (BENCH_RETRIES): a fork refused once, one
+# time in hundreds of runs, would otherwise stop a 90-minute run at minute 38. A job that
+# fails twice stops the run as before.
+#
 # On a cluster (profiles/slurm) each job gets a whole node (--exclusive) with its threads
 # as CPUs, and the memory its experiment asks for (job_mem_mb) or the profile's default;
 # a local run ignores the slurm_* and cpus_per_task resources.
@@ -41,6 +45,7 @@ for _experiment in experiments.available():
             cpus_per_task=granted_threads,
             **job_memory(_experiment),
         priority: job_priority(_experiment)
+        retries: BENCH_RETRIES
         conda:
             CONDA_ENV
         shell:
@@ -75,6 +80,7 @@ for _block in CLAIM_BLOCKS:
             cpus_per_task=granted_threads,
             **job_memory(_block.experiment),
         priority: block_priority(_block)
+        retries: BENCH_RETRIES
         conda:
             CONDA_ENV
         shell:

@@ -79,11 +79,16 @@ except WorkflowError:  # no --cores: a cluster run (profiles/slurm), --report, -
          for p in planning.grid(SETTINGS, e)),
         default=1,
     )
+# a failed benchmark job runs this many more times before it stops the run
+BENCH_RETRIES = 1
 SRC = os.path.relpath(os.path.join(workflow.basedir, "src", "perfgrid"))
 # every benchmark job in the order it should run; Snakemake runs the highest priority first
 JOBS = planning.jobs(SETTINGS)
+# with a time budget, the rounds it may let go (after keep_rounds) run last
 ORDER = order.planned(JOBS, SETTINGS["order"]["shuffle"], SETTINGS["order"]["seed"],
-                      block=planning.claim_block(SETTINGS), group=planning.claim_group)
+                      block=planning.claim_block(SETTINGS), group=planning.claim_group,
+                      late_after=(SETTINGS["budget"]["keep_rounds"]
+                                  if SETTINGS["budget"]["minutes"] is not None else None))
 PRIORITY = order.priorities(ORDER, {e: experiments.get(e).axes for e in SETTINGS["experiments"]})
 
 

@@ -121,11 +121,14 @@ static void fork_chain(long length, pid_t runner, const cpu_set_t *cpus) {
         if (parent != pred && parent != runner) _exit(3);
         pred = getpid();
         child = fork();
-        if (child < 0) _exit(2);
+        if (child < 0) _exit(errno == EAGAIN ? 4 : 2);
         if (child > 0) _exit(0);
     }
     _exit(0);
 }
+
+/* why fork units failed, for the error message: a unit's exit status says */
+static long fork_refused_eagain, fork_refused_other, fork_orphaned, fork_unreaped;
 
 static long run_fork(long total) {
     pid_t runner = getpid();
@@ -146,8 +149,12 @@ static long run_fork(long total) {
         }
         reaped++;
         if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) bad++;
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 4) fork_refused_eagain++;
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 2) fork_refused_other++;
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 3) fork_orphaned++;
     }
-    return bad + (total - reaped);
+    fork_unreaped = total > reaped ? total - reaped : 0;
+    return bad + fork_unreaped;
 }
 
 /* posix_spawn chains */
@@ -238,6 +245,10 @@ int main(int argc, char **argv) {
 
     if (bad) {
         fprintf(stderr, "spawn: %ld of %ld spawns failed\n", bad, total);
+        if (strcmp(primitive, "fork") == 0)
+            fprintf(stderr, "spawn: fork units: %ld refused with EAGAIN, %ld refused otherwise, "
+                    "%ld orphaned, %ld never started\n", fork_refused_eagain,
+                    fork_refused_other, fork_orphaned, fork_unreaped);
         return 2;
     }
     printf("{\"primitive\": \"%s\", \"chains\": %d, \"spawns\": %ld, \"elapsed_s\": %.9f, "
