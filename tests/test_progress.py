@@ -27,3 +27,13 @@ def test_with_looks_the_total_is_an_upper_bound(tmp_path):
     assert eta_line(paths, started=1000.0, now=1060.0, at_most=True) == (
         "perfgrid: 3 of at most 10 benchmark points done, at most about 2 min left "
         "(looks may let later rounds go)")
+
+
+def test_with_a_time_budget_the_line_says_how_long_later_rounds_may_start(tmp_path):
+    paths = [str(tmp_path / "a.json")]
+    assert eta_line(paths, started=0.0, now=600.0, budget=(3000.0, 3)) == (
+        "perfgrid: 0/1 benchmark points done; the time budget lets rounds after 3 start "
+        "for 40 more min")
+    assert eta_line(paths, started=0.0, now=3001.0, budget=(3000.0, 3)) == (
+        "perfgrid: 0/1 benchmark points done; the time budget is spent: rounds after 3 "
+        "are let go")

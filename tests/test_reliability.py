@@ -4,6 +4,7 @@ never yields a wrong number silently, and nothing is lost."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
@@ -129,6 +130,40 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def benchmark_jobs() -> list[psutil.Process]:
+    """The benchmark jobs Snakemake started (not the pyperf workers they start)."""
+    return [p for p in bench_processes() if "--worker" not in p.cmdline()]
+
+
+def kill_jobs_until_snakemake_stops(proc: subprocess.Popen, timeout: float = 180) -> str:
+    """Kill every benchmark job that starts until Snakemake gives up: a failed job runs
+    once more (the rules' retries), so one kill no longer stops a run."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for job in benchmark_jobs():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                job.kill()
+        try:
+            out, _ = proc.communicate(timeout=0.05)  # retried on timeout, nothing lost
+            return out
+        except subprocess.TimeoutExpired:
+            assert time.monotonic() < deadline, "Snakemake went on after every job was killed"
+
+
+def test_a_killed_benchmark_job_runs_once_more_and_the_run_completes(workdir):
+    proc = start(workdir, "--cores", "2")
+    deadline = time.monotonic() + 120
+    while not (jobs := benchmark_jobs()):
+        assert proc.poll() is None and time.monotonic() < deadline, "no benchmark job started"
+        time.sleep(0.05)
+    jobs[0].kill()
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    assert "Trying to restart job" in out
+    assert_complete(workdir)
+    assert_no_orphans()
+
+
 @pytest.mark.parametrize("how", ["sigint", "sigkill_snakemake", "sigkill_job"])
 def test_interrupted_run_resumes_with_nothing_lost(workdir, how):
     for _attempt in range(5):  # on a loaded machine a Ctrl-C can come after the last point
@@ -139,15 +174,12 @@ def test_interrupted_run_resumes_with_nothing_lost(workdir, how):
         done_before = {p: p.stat().st_mtime_ns for p in recorded(workdir)}
         if how == "sigint":
             proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=120)
         elif how == "sigkill_snakemake":
             proc.kill()
+            proc.communicate(timeout=120)
         else:
-            deadline = time.monotonic() + 60
-            while not (jobs := [p for p in bench_processes() if "--worker" not in p.cmdline()]
-                       ) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            jobs[0].kill()
-        proc.communicate(timeout=120)
+            kill_jobs_until_snakemake_stops(proc)
         assert_no_orphans()
         if len(results(workdir)) < POINTS:
             break

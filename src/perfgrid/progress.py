@@ -10,11 +10,12 @@ import time
 
 
 def eta_line(expected: list[str], started: float, now: float | None = None,
-             at_most: bool = False) -> str:
+             at_most: bool = False, budget: tuple[float, int] | None = None) -> str:
     """``done/total benchmark points``, and an ETA from the points finished since
     ``started`` (their mean duration times the points left). With ``at_most`` the total
     is an upper bound: looks (perfgrid.looks) may let later rounds go, and the ETA with
-    it."""
+    it. With ``budget`` (when the run's time budget ends, and its ``keep_rounds``) the line
+    says how long later rounds may still start, since the ETA counts every planned one."""
     now = time.time() if now is None else now
     done_before, done_now = 0, 0
     for path in expected:
@@ -35,11 +36,18 @@ def eta_line(expected: list[str], started: float, now: float | None = None,
         line += f", {'at most ' if at_most else ''}about {left * per_point / 60:.0f} min left"
     if at_most:
         line += " (looks may let later rounds go)"
+    if budget is not None:
+        end, keep_rounds = budget
+        if now < end:
+            line += (f"; the time budget lets rounds after {keep_rounds} start for "
+                     f"{(end - now) / 60:.0f} more min")
+        else:
+            line += f"; the time budget is spent: rounds after {keep_rounds} are let go"
     return line
 
 
-def start_reporter(expected: list[str], interval: float = 60.0,
-                   at_most: bool = False) -> threading.Thread:
+def start_reporter(expected: list[str], interval: float = 60.0, at_most: bool = False,
+                   budget: tuple[float, int] | None = None) -> threading.Thread:
     """Print :func:`eta_line` to stderr every ``interval`` seconds until the run ends."""
     started = time.time()
 
@@ -47,7 +55,7 @@ def start_reporter(expected: list[str], interval: float = 60.0,
         last = ""
         while True:
             time.sleep(interval)
-            line = eta_line(expected, started, at_most=at_most)
+            line = eta_line(expected, started, at_most=at_most, budget=budget)
             if line != last:
                 print(line, file=sys.stderr, flush=True)
                 last = line

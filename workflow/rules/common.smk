@@ -107,12 +107,16 @@ onstart:
         raise WorkflowError(str(err)) from None
     # Snakemake's rate limiter would wake it ever more often beside the measurement
     quiet = workflow.local_exec and noise.quiet_scheduler(workflow.scheduler)
-    write_json(LAYOUT.run_record, {"argv": sys.argv, "started": time.time(),
+    run_started = time.time()  # the time budget counts from here (perfgrid.block)
+    write_json(LAYOUT.run_record, {"argv": sys.argv, "started": run_started,
                                    "cwd": os.getcwd(), "snakemake": snakemake_version,
                                    "order": SETTINGS["order"],
                                    "job_rate_limiter_stopped": quiet})
+    budget = SETTINGS["budget"]
     start_reporter([r for e in SETTINGS["experiments"] for r in runnable(e)],
-                   at_most=any(looks.looks_of(SETTINGS, e) > 1 for e in SETTINGS["experiments"]))
+                   at_most=any(looks.looks_of(SETTINGS, e) > 1 for e in SETTINGS["experiments"]),
+                   budget=None if budget["minutes"] is None else (
+                       run_started + 60 * budget["minutes"], budget["keep_rounds"]))
 
 
 onsuccess:
