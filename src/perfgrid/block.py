@@ -43,6 +43,12 @@ def let_go(point: dict[str, Any], look: str, record: dict[str, Any]) -> None:
     print(f"perfgrid: {point['key']}: not measured: {record.get('why', '')}", flush=True)
 
 
+def budget_end(started: float, budget: dict[str, Any]) -> float | None:
+    """When rounds after ``keep_rounds`` stop starting: ``budget.minutes`` after the run
+    started (seconds since the epoch, as ``started``); None without a budget."""
+    return None if budget["minutes"] is None else started + 60 * budget["minutes"]
+
+
 def past_budget(budget: dict[str, Any] | None, round_: int) -> dict[str, Any] | None:
     """The note's record when a block of ``round_`` starts past the run's time budget
     (``budget``: the plan's ``minutes``, ``keep_rounds`` and ``run_record``), else None.
@@ -53,9 +59,10 @@ def past_budget(budget: dict[str, Any] | None, round_: int) -> dict[str, Any] | 
         started = float(json.loads(Path(budget["run_record"]).read_text())["started"])
     except (OSError, ValueError, KeyError, TypeError):
         return None  # no record of the run's start (a block run by hand): no budget
-    minutes = (time.time() - started) / 60
-    if minutes <= budget["minutes"]:
+    now = time.time()
+    if now <= budget_end(started, budget):
         return None
+    minutes = (now - started) / 60
     return {"stop": True, "blocks": round_ - 1, "why": (
         f"the run's time budget was spent: round {round_} would start {minutes:.0f} min "
         f"after the run did, past budget.minutes ({budget['minutes']:g}); rounds up to "

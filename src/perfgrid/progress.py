@@ -38,7 +38,7 @@ def eta_line(expected: list[str], started: float, now: float | None = None,
         line += " (looks may let later rounds go)"
     if budget is not None:
         end, keep_rounds = budget
-        if now < end:
+        if now <= end:  # as perfgrid.block.past_budget
             line += (f"; the time budget lets rounds after {keep_rounds} start for "
                      f"{(end - now) / 60:.0f} more min")
         else:

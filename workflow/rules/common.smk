@@ -9,6 +9,7 @@ import time
 
 from perfgrid import (
     binding,
+    block,
     config_errors,
     experiments,
     fixtures,
@@ -112,11 +113,11 @@ onstart:
                                    "cwd": os.getcwd(), "snakemake": snakemake_version,
                                    "order": SETTINGS["order"],
                                    "job_rate_limiter_stopped": quiet})
-    budget = SETTINGS["budget"]
+    budget_end = block.budget_end(run_started, SETTINGS["budget"])
     start_reporter([r for e in SETTINGS["experiments"] for r in runnable(e)],
                    at_most=any(looks.looks_of(SETTINGS, e) > 1 for e in SETTINGS["experiments"]),
-                   budget=None if budget["minutes"] is None else (
-                       run_started + 60 * budget["minutes"], budget["keep_rounds"]))
+                   budget=None if budget_end is None else (
+                       budget_end, SETTINGS["budget"]["keep_rounds"]))
 
 
 onsuccess:
