@@ -37,3 +37,23 @@ def test_with_a_time_budget_the_line_says_how_long_later_rounds_may_start(tmp_pa
     assert eta_line(paths, started=0.0, now=3001.0, budget=(3000.0, 3)) == (
         "perfgrid: 0/1 benchmark points done; the time budget is spent: rounds after 3 "
         "are let go")
+
+
+def test_with_a_time_budget_the_eta_counts_later_rounds_only_up_to_its_end(tmp_path):
+    first = [str(tmp_path / f"p{i}" / "round=1.json") for i in range(5)]
+    later = [str(tmp_path / f"p{i}" / "round=4.json") for i in range(5)]
+    for i, path in enumerate(first[:3]):
+        os.makedirs(os.path.dirname(path))
+        open(path, "w").close()
+        os.utime(path, (1000.0 + 60 * (i + 1),) * 2)
+    # 3 points in 180 s: 60 s each; 2 of rounds up to 3 left (2 min), then 5 later ones
+    # (5 min), of which the budget, ending 4 min from now, lets 2 min start
+    assert eta_line(first + later, started=1000.0, now=1180.0) == (
+        "perfgrid: 3/10 benchmark points done, about 7 min left")
+    assert eta_line(first + later, started=1000.0, now=1180.0, budget=(1420.0, 3)) == (
+        "perfgrid: 3/10 benchmark points done, about 4 min left; the time budget lets "
+        "rounds after 3 start for 4 more min")
+    # past the budget's end only the rounds up to 3 are left to run
+    assert eta_line(first + later, started=1000.0, now=1180.0, budget=(1100.0, 3)) == (
+        "perfgrid: 3/10 benchmark points done, about 2 min left; the time budget is "
+        "spent: rounds after 3 are let go")

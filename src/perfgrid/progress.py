@@ -4,6 +4,7 @@ own process while it runs (its "N of M steps" counts every job, not points)."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
@@ -15,13 +16,17 @@ def eta_line(expected: list[str], started: float, now: float | None = None,
     ``started`` (their mean duration times the points left). With ``at_most`` the total
     is an upper bound: looks (perfgrid.looks) may let later rounds go, and the ETA with
     it. With ``budget`` (when the run's time budget ends, and its ``keep_rounds``) the line
-    says how long later rounds may still start, since the ETA counts every planned one."""
+    says how long later rounds may still start, and the ETA counts the rounds after
+    ``keep_rounds`` (``round=N`` in a result's path; they run last) only up to the budget's
+    end, since none starts past it."""
     now = time.time() if now is None else now
-    done_before, done_now = 0, 0
+    done_before, done_now, left_late = 0, 0, 0
     for path in expected:
         try:
             mtime = os.stat(path).st_mtime
         except FileNotFoundError:
+            if budget is not None and _round(path) > budget[1]:
+                left_late += 1
             continue
         if mtime >= started:
             done_now += 1
@@ -33,7 +38,10 @@ def eta_line(expected: list[str], started: float, now: float | None = None,
     line = f"perfgrid: {done}{total} benchmark points done"
     if left and done_now:
         per_point = (now - started) / done_now
-        line += f", {'at most ' if at_most else ''}about {left * per_point / 60:.0f} min left"
+        seconds = (left - left_late) * per_point
+        if budget is not None:  # the later rounds run last, and start only until its end
+            seconds += min(left_late * per_point, max(0.0, budget[0] - now - seconds))
+        line += f", {'at most ' if at_most else ''}about {seconds / 60:.0f} min left"
     if at_most:
         line += " (looks may let later rounds go)"
     if budget is not None:
@@ -44,6 +52,12 @@ def eta_line(expected: list[str], started: float, now: float | None = None,
         else:
             line += f"; the time budget is spent: rounds after {keep_rounds} are let go"
     return line
+
+
+def _round(path: str) -> int:
+    """The round in a result's path (``.../round=4.json``); 1 where it names none."""
+    found = re.search(r"round=(\d+)", path)
+    return int(found.group(1)) if found else 1
 
 
 def start_reporter(expected: list[str], interval: float = 60.0, at_most: bool = False,
