@@ -4,10 +4,11 @@ own process while it runs (its "N of M steps" counts every job, not points)."""
 from __future__ import annotations
 
 import os
-import re
 import sys
 import threading
 import time
+
+from perfgrid.paths import Layout
 
 
 def eta_line(expected: list[str], started: float, now: float | None = None,
@@ -25,7 +26,7 @@ def eta_line(expected: list[str], started: float, now: float | None = None,
         try:
             mtime = os.stat(path).st_mtime
         except FileNotFoundError:
-            if budget is not None and _round(path) > budget[1]:
+            if budget is not None and (Layout.result_round(path) or 1) > budget[1]:
                 left_late += 1
             continue
         if mtime >= started:
@@ -52,12 +53,6 @@ def eta_line(expected: list[str], started: float, now: float | None = None,
         else:
             line += f"; the time budget is spent: rounds after {keep_rounds} are let go"
     return line
-
-
-def _round(path: str) -> int:
-    """The round in a result's path (``.../round=4.json``); 1 where it names none."""
-    found = re.search(r"round=(\d+)", path)
-    return int(found.group(1)) if found else 1
 
 
 def start_reporter(expected: list[str], interval: float = 60.0, at_most: bool = False,
