@@ -367,3 +367,42 @@ def test_an_undecided_claim_says_how_many_rounds_would_settle_it() -> None:
     assert undecided.reason.endswith(f"; at this spread about {rounds:,} rounds would settle it")
     decided = judged("toy", "hypothesis", "criterion", _same_spread(1.3, 0.05, 5), ">=", 1.0)
     assert decided.verdict == "reproduced" and "settle" not in decided.reason
+
+
+def _paired(logs: list[float]) -> stats.Estimate:
+    return stats.paired(float(np.exp(np.mean(logs))), dict(enumerate(logs, 1)))
+
+
+def test_a_variance_prior_needs_three_paired_claims_and_is_worth_at_most_their_df() -> None:
+    """Two claims cannot tell a prior; identical spreads would give infinite degrees of
+    freedom, which the claims' own together cap (2 + 2 + 2 = 6 at three rounds each). The
+    prior's variance is above the spreads seen: a variance from two degrees of freedom
+    reads low on the log scale on average (Smyth's digamma terms correct for it)."""
+    spreads = [stats.block_spread(_paired([0.0, 0.1, k])) for k in (0.2, 0.3, 0.25)]
+    assert stats.fit_variance_prior(spreads[:2]) is None
+    assert stats.fit_variance_prior([*spreads[:2], spreads[0]]) is None  # counted once
+    prior = stats.fit_variance_prior(spreads)
+    assert prior is not None and prior.df == 6.0 and prior.claims == 3
+    assert 0.01 < prior.var < 0.03
+
+
+def test_a_moderated_claim_borrows_degrees_of_freedom_and_says_so() -> None:
+    quiet = _paired([0.0, 0.1, 0.2])
+    prior = stats.VariancePrior(0.01, 6.0, 3)
+    found = stats.moderated(quiet, prior)
+    assert found.df == 8.0 and found.value == quiet.value and found.blocks == quiet.blocks
+    assert found.ci_rel < quiet.ci_rel
+    assert "moderated t, 8 df: 6 from the experiment's paired claims" in stats.basis(found)
+    assert "(t, 2 df)" in stats.basis(quiet)
+
+
+def test_the_noisiest_claims_and_unpaired_quantities_keep_their_own_interval() -> None:
+    """A claim whose spread lies past the prior's 75th percentile is not shrunk toward it;
+    a quantity that is not paired over blocks (here a hierarchical bootstrap over one
+    process per round) is left as it is."""
+    prior = stats.VariancePrior(0.0001, 6.0, 3)
+    noisy = _paired([0.0, 0.3, 0.6])
+    assert stats.moderated(noisy, prior) is noisy
+    rate = stats.rate([[1.0], [1.1], [0.9]], 1.0, seed=1)
+    assert stats.block_spread(rate) is None and stats.moderated(rate, prior) is rate
+    assert stats.moderated(noisy, None) is noisy

@@ -13,6 +13,7 @@ import time
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import psutil
 import pytest
@@ -525,3 +526,28 @@ def test_rate_plot_draws_each_rows_interval(tmp_path, monkeypatch):
 def test_notes_compare_python_with_c():
     rows = [{**r, "binding": "single"} for r in syscall_rows() if r["workers"] == 1]
     assert len(analysis.notes(pd.DataFrame(rows), get("syscall"))) == 2
+
+
+def test_claims_of_moderates_the_paired_claims_spreads_by_one_another() -> None:
+    """Each point measured in four rounds: the claims paired over them borrow the spread
+    of the experiment's other paired claims (moderated t): a claim quieter than the
+    others widens toward their spread, but with more degrees of freedom the intervals are
+    narrower on the whole; the claim too noisy for the prior keeps t with 3 degrees of
+    freedom."""
+    from perfgrid.analysis import claims_of
+
+    rows = syscall_rows(cv=0.01)
+    for r in rows:
+        r.update(process_rounds=json.dumps([1, 2, 3, 4]), noisy=0, noisy_rounds="[]")
+    moderated = claims_of("syscall", pd.DataFrame(rows))
+    plain = analysis.claims(pd.DataFrame(rows), get("syscall"))
+    borrowed = [i for i, c in enumerate(moderated) if "moderated t" in c.basis]
+    assert len(borrowed) >= 3
+    def widths(claims):
+        return [np.log(claims[i].ci_high / claims[i].ci_low) for i in borrowed]
+
+    for i in borrowed:
+        assert plain[i].basis == "paired over 4 rounds (t, 3 df)"
+        assert moderated[i].value == plain[i].value
+    assert np.mean(widths(moderated)) < 0.9 * np.mean(widths(plain))
+    assert any(c.basis == "paired over 4 rounds (t, 3 df)" for c in moderated)

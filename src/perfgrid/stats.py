@@ -278,6 +278,92 @@ def paired(value: float, blocks: dict[Any, float], n_boot: int = N_BOOT,
                     reduced)
 
 
+#: a claim whose own per-block spread lies past this quantile of what the prior predicts
+#: (F with its and the prior's degrees of freedom) keeps its own spread and t
+PRIOR_OUTLIER = 0.75
+#: the fewest paired claims of an experiment a prior is fitted from
+PRIOR_MIN_CLAIMS = 3
+
+
+@dataclass(frozen=True)
+class VariancePrior:
+    """What an experiment's paired claims together say about a claim's per-block spread:
+    a variance ``var`` worth ``df`` degrees of freedom, fitted from ``claims`` claims."""
+
+    var: float
+    df: float
+    claims: int
+
+
+def _trigamma_inverse(y: float) -> float:
+    """x with trigamma(x) = y (Newton's method, as limma's ``trigammaInverse``)."""
+    if y > 1e7:
+        return 1 / math.sqrt(y)
+    if y < 1e-6:
+        return 1 / y
+    x = 0.5 + 1 / y
+    for _ in range(50):
+        tri = float(_sp.polygamma(1, x))
+        step = tri * (1 - tri / y) / float(_sp.polygamma(2, x))
+        x += step
+        if -step / x < 1e-8:
+            break
+    return x
+
+
+def fit_variance_prior(spreads: Sequence[tuple[float, float]]) -> VariancePrior | None:
+    """The prior of per-block variances ``(s2, df)`` (one per paired claim), fitted by
+    Smyth's moments of ``log s2`` (limma's ``fitFDist``: Smyth, "Linear models and
+    empirical Bayes methods for assessing differential expression in microarray
+    experiments", 2004). Its degrees of freedom are capped at the claims' own together:
+    the prior is never worth more than the data it was fitted from. A spread seen twice
+    is one quantity judged by two claims, and counts once. None where fewer than
+    :data:`PRIOR_MIN_CLAIMS` claims have a positive spread."""
+    kept = [(float(s2), float(df)) for s2, df in dict.fromkeys(spreads)
+            if math.isfinite(s2) and s2 > 0 and math.isfinite(df) and df > 0]
+    if len(kept) < PRIOR_MIN_CLAIMS:
+        return None
+    s2, df = (np.array(column) for column in zip(*kept, strict=True))
+    e = np.log(s2) - _sp.digamma(df / 2) + np.log(df / 2)
+    excess = float(np.var(e, ddof=1) - np.mean(_sp.polygamma(1, df / 2)))
+    d0 = 2 * _trigamma_inverse(excess) if excess > 0 else math.inf
+    d0 = min(d0, float(df.sum()))
+    s0 = float(np.exp(np.mean(e) + _sp.digamma(d0 / 2) - np.log(d0 / 2)))
+    return VariancePrior(s0, d0, len(kept))
+
+
+def block_spread(quantity: Estimate | Bounds) -> tuple[float, float] | None:
+    """(per-block variance, df) of a quantity paired over its blocks, the only kind a prior
+    moderates; None for any other (one whose interval is not the blocks' t)."""
+    if not isinstance(quantity, Estimate) or quantity.method != METHOD_PAIRED \
+            or not quantity.has_interval or not quantity.blocks or len(quantity.blocks) < 2:
+        return None
+    logs = np.array(list(quantity.blocks.values()), dtype=float)
+    s2 = float(np.var(logs, ddof=1))
+    if not s2 > 0 or not math.isclose(quantity.var, s2 / logs.size, rel_tol=1e-6):
+        return None
+    return s2, float(logs.size - 1)
+
+
+def moderated(quantity: Q, prior: VariancePrior | None) -> Q:
+    """A paired quantity's interval with its spread moderated by ``prior``: the variance
+    ``(d0 s0^2 + d s^2) / (d0 + d)`` and t with ``d0 + d`` degrees of freedom (Smyth's
+    moderated t), so a claim measured in three rounds borrows the spread of the
+    experiment's other claims instead of resting on two degrees of freedom. A claim whose
+    own spread lies past the prior's :data:`PRIOR_OUTLIER` quantile keeps its own (the
+    noisiest claims would otherwise borrow too small a spread); anything not paired is
+    returned as it is."""
+    spread = block_spread(quantity)
+    if prior is None or spread is None:
+        return quantity
+    s2, d = spread
+    if s2 / prior.var > float(_sp.fdtri(d, prior.df, PRIOR_OUTLIER)):
+        return quantity
+    var = (prior.df * prior.var + d * s2) / (prior.df + d)
+    return dataclasses.replace(quantity, dev=quantity.dev * math.sqrt(var / s2),
+                               df=d + prior.df)
+
+
 def _method(parts: Sequence[Estimate]) -> str:
     """The method of parts combined as independent (never paired: :func:`paired` is)."""
     for method in (METHOD_VALUES, METHOD_HIERARCHICAL):
@@ -537,6 +623,9 @@ def basis(quantity: Estimate | Bounds) -> str:
     if quantity.method == METHOD_PAIRED and quantity.blocks:
         n = len(quantity.blocks)
         paired_text = f"paired over {n} rounds (t, {n - 1} df)"
+        if quantity.df > n - 1 + 1e-9:
+            paired_text = (f"paired over {n} rounds (moderated t, {quantity.df:.3g} df: "
+                           f"{quantity.df - n + 1:.3g} from the experiment's paired claims)")
         return f"{quantity.reduced}, {paired_text}" if quantity.reduced else paired_text
     if quantity.method == METHOD_VALUES:
         return "one process: within-process noise only"
@@ -779,7 +868,8 @@ def rounds_to_settle(quantity: Estimate | Bounds, threshold: float,
     if blocks < 2 or bounds is None:
         return None
     level = level or current_level()
-    t_now = float(_sp.stdtrit(blocks - 1, 0.5 + level / 2))
+    t_now = float(_sp.stdtrit(quantity.df if quantity.method == METHOD_PAIRED
+                              else blocks - 1, 0.5 + level / 2))
 
     def fits(side: float, room: float) -> float:
         """Blocks at which a side of the interval now ``side`` wide is at most ``room``
