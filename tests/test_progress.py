@@ -57,3 +57,16 @@ def test_with_a_time_budget_the_eta_counts_later_rounds_only_up_to_its_end(tmp_p
     assert eta_line(first + later, started=1000.0, now=1180.0, budget=(1100.0, 3)) == (
         "perfgrid: 3/10 benchmark points done, about 2 min left; the time budget is "
         "spent: rounds after 3 are let go")
+
+
+def test_no_eta_before_a_twentieth_of_the_points(tmp_path):
+    """The first points done are few and not typical: the line waits for 5 % of them."""
+    paths = [str(tmp_path / f"{i}.json") for i in range(100)]
+    for i, path in enumerate(paths[:4]):
+        open(path, "w").close()
+        os.utime(path, (1000.0 + 20 * (i + 1),) * 2)
+    assert eta_line(paths, started=1000.0, now=1080.0) == (
+        "perfgrid: 4/100 benchmark points done, time left said once 5% of them are done")
+    open(paths[4], "w").close()
+    os.utime(paths[4], (1080.0,) * 2)
+    assert eta_line(paths, started=1000.0, now=1100.0).endswith("about 32 min left")

@@ -10,11 +10,16 @@ import time
 
 from perfgrid.paths import Layout
 
+#: the share of points done before the ETA is said: the first points finished are not a
+#: fair sample (run P's line said "at most about 370 min left" 4 min into an 87-min run)
+ETA_AFTER = 0.05
+
 
 def eta_line(expected: list[str], started: float, now: float | None = None,
              at_most: bool = False, budget: tuple[float, int] | None = None) -> str:
     """``done/total benchmark points``, and an ETA from the points finished since
-    ``started`` (their mean duration times the points left). With ``at_most`` the total
+    ``started`` (their mean duration times the points left), said once :data:`ETA_AFTER`
+    of the points are done. With ``at_most`` the total
     is an upper bound: looks (perfgrid.looks) may let later rounds go, and the ETA with
     it. With ``budget`` (when the run's time budget ends, and its ``keep_rounds``) the line
     says how long later rounds may still start, and the ETA counts the rounds after
@@ -37,7 +42,9 @@ def eta_line(expected: list[str], started: float, now: float | None = None,
     left = len(expected) - done
     total = f" of at most {len(expected)}" if at_most else f"/{len(expected)}"
     line = f"perfgrid: {done}{total} benchmark points done"
-    if left and done_now:
+    if left and done_now and done < ETA_AFTER * len(expected):
+        line += f", time left said once {ETA_AFTER:.0%} of them are done"
+    elif left and done_now:
         per_point = (now - started) / done_now
         seconds = (left - left_late) * per_point
         if budget is not None:  # the later rounds run last, and start only until its end
