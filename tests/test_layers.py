@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 import io
 import re
+import subprocess
+import sys
 import tokenize
 from collections.abc import Iterator
 from graphlib import CycleError, TopologicalSorter
@@ -101,6 +103,20 @@ def test_shared_modules_reach_experiments_only_through_the_registry():
                    if owner(target) is not None and owner(target) != owner(module))
     assert wrong == []
     assert owner("perfgrid.experiments.http.load") == "http" and owner("perfgrid.bench") is None
+
+
+def test_what_the_snakefile_imports_leaves_scipy_out():
+    """Every dry run parses the Snakefile: scipy (perfgrid.stats) there was ~0.1 s of the
+    up-to-date dry run's ~2.2 s."""
+    common = (REPO / "workflow" / "rules" / "common.smk").read_text()
+    names = re.search(r"from perfgrid import \(([^)]*)\)", common).group(1).split(",")
+    code = "".join(f"import perfgrid.{name.strip()}\n" for name in names if name.strip())
+    code += ("import sys\nfrom perfgrid import experiments\n"
+             "[experiments.get(name) for name in experiments.available()]\n"
+             "print(sorted(m for m in sys.modules if m.partition('.')[0] == 'scipy'))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert "noiseprofile" in code and done.stdout.strip() == "[]"
 
 
 def test_machine_json_names_the_tools_an_experiment_declares():

@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from perfgrid import experiments, fixtures, jobargs, jobs, lifetime, stats
+from perfgrid import experiments, fixtures, jobargs, jobs, lifetime
 from perfgrid.atomic import write_json
 from perfgrid.experiments.base import Experiment, NoisePair, Point
 from perfgrid.paths import PACKAGE, Layout
@@ -264,6 +264,8 @@ def blocks_needed(var: float, df_per_block: float = 1.0, level: float = LEVEL,
     """Least ``n >= 2`` with ``t(df) * sqrt(var / n) <= ln(1 + half_width)``, where
     ``df = df_per_block * (n - 1)`` (stats.blocks_needed, at this profile's level and
     width); None if ``var`` is unknown or over stats.MAX_BLOCKS."""
+    from perfgrid import stats  # here, not at the top: the Snakefile imports this module,
+    # and scipy (stats) would add ~0.1 s to every dry run
     return stats.blocks_needed(var, df_per_block, level, half_width)
 
 
