@@ -39,6 +39,18 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             terminalreporter.line(f"{nodeid}: {reason}")
 
 
+@pytest.fixture(autouse=True)
+def _one_run_only(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests of an analysis judge their synthetic tables as one run: the between-run
+    component the recorded runs give (perfgrid.betweenrun) is set aside in this process,
+    except in tests marked ``between_run``, which check it (tests/test_betweenrun.py keeps
+    its own). A pipeline's jobs, in processes of their own, judge as a user's run does."""
+    if request.node.get_closest_marker("between_run") is None:
+        from perfgrid import betweenrun
+
+        monkeypatch.setattr(betweenrun, "tau", lambda experiment: 0.0)
+
+
 @pytest.fixture(scope="session")
 def small_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 4 MiB seeded random file (page-size multiple)."""

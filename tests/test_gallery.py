@@ -128,6 +128,11 @@ def tables(page: Path) -> list[list[list[tuple[str, str]]]]:
     return parser.tables
 
 
+def same_row(row: dict) -> dict:
+    """A claim's row with NaN as a string, so that two rows compare equal field by field."""
+    return {k: "nan" if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
+
+
 def test_claims_csv_gives_back_every_field_of_every_claim(tmp_path: Path):
     """What the report writes, the gallery reads unchanged: NaN stays NaN, a unit keeps its
     leading space, a reason keeps its comma, quote and line break."""
@@ -138,12 +143,9 @@ def test_claims_csv_gives_back_every_field_of_every_claim(tmp_path: Path):
     path = tmp_path / "claims.csv"
     write_claims(pd.DataFrame([c.as_row() for c in claims]), path)
     back = read_claims(path)
-    assert [c.as_row() for c in back[1:]] == [c.as_row() for c in claims[1:]]
-    numbers = ("value", "ci_low", "ci_high", "threshold")
+    assert [same_row(c.as_row()) for c in back] == [same_row(c.as_row()) for c in claims]
     first = back[0].as_row()
-    assert all(math.isnan(first[k]) for k in numbers)
-    assert {k: v for k, v in first.items() if k not in numbers} == {
-        k: v for k, v in claims[0].as_row().items() if k not in numbers}
+    assert all(math.isnan(first[k]) for k in ("value", "ci_low", "ci_high", "threshold"))
     # a claims.csv from before claims named their points reads with none
     frame = pd.read_csv(path, keep_default_na=False).drop(columns=["points"])
     frame.to_csv(tmp_path / "older.csv", index=False)
@@ -274,8 +276,9 @@ def test_an_archive_that_fails_verify_is_refused_by_name_before_anything_is_writ
 def test_refuses_one_source_a_shared_label_and_a_foreign_folder(sources, tmp_path: Path):
     with pytest.raises(ValueError, match="two or more sources"):
         gallery.gallery([sources["alpha"]], tmp_path / "one")
-    with pytest.raises(ValueError, match="both host 'alpha'"):
-        gallery.gallery([sources["alpha"], sources["alpha"]], tmp_path / "twice")
+    with pytest.raises(ValueError, match="both host 'alpha'"):  # two runs, one label
+        other = shutil.copytree(sources["beta"], tmp_path / "other" / "alpha")
+        gallery.gallery([sources["alpha"], str(other)], tmp_path / "twice")
     foreign = tmp_path / "mine"
     foreign.mkdir()
     (foreign / "index.html").write_text("my own page")
@@ -348,3 +351,96 @@ def test_the_site_opens_offline_in_chromium_at_desktop_and_phone_width(site: Pat
         assert scroll <= inner, (width, name, scroll, inner)
     for width in (1280, 400):
         assert (ARTIFACTS / f"gallery-index-{width}.png").stat().st_size > 10_000
+
+
+# -- pooling: I squared in range, tau squared >= 0, one run counted once ------------------
+def two_hosts(first: tuple[float, float, float], second: tuple[float, float, float]
+              ) -> dict[str, Claim]:
+    return {"one": claim("heterogeneous", "reproduced", *first),
+            "two": claim("heterogeneous", "reproduced", *second)}
+
+
+@pytest.mark.parametrize("facts", [(1.5, 1.4, 1.6), (1.2, 1.1, 1.31), (0.97, 0.87, 1.07),
+                                   (8.7, 8.5, 8.9), (1.52, 1.39, 1.90)])
+def test_identical_estimates_pool_with_i2_and_tau_zero(facts):
+    """Two machines that read the same: Q is 0, so I^2 and tau are 0 and the pooled
+    estimate is theirs. 1.5x [1.4, 1.6] made Q of -5.7e-14 as a difference of sums and
+    printed I^2 1759218604441700 %."""
+    pooled = gallery.pool(two_hosts(facts, facts), ["one", "two"])
+    assert pooled["i2"] == 0.0 and pooled["tau"] == 0.0
+    assert pooled["value"] == pytest.approx(facts[0], rel=1e-12)
+    # two machines that agree: narrower than one, as two machines' worth of evidence
+    assert pooled["ci_high"] / pooled["ci_low"] < facts[2] / facts[1]
+    text = gallery.generality(two_hosts(facts, facts)["one"], pooled)
+    assert "I\u00b2 0%" in text
+
+
+@pytest.mark.parametrize("values", [
+    [1.0, 1.0 + 1e-15], [1.0, 1.0, 1.0], [1.5, 1.4, 1.6], [1.0, 50.0], [0.5, 1.0, 2.0, 8.0]])
+def test_i2_lies_in_its_range_and_tau2_is_never_negative(values):
+    effect = np.log(values)
+    for se in (np.full(len(values), 1e-3), np.full(len(values), 0.5),
+               np.linspace(0.01, 0.3, len(values))):
+        res = gallery.dersimonian_laird(effect, se)
+        assert 0.0 <= res["i2"] < 1.0 and res["tau2"] >= 0.0 and res["q"] >= 0.0, res
+        assert math.isfinite(res["mean"]) and res["sd"] > 0
+
+
+def test_sources_that_disagree_beyond_their_intervals_pool_wider_than_either():
+    """Two machines far apart: tau^2 > 0, I^2 near 100 %, and the pooled interval is
+    wider than each machine's own (a machine is one draw of many, not a repeat)."""
+    by_host = two_hosts((1.2, 1.15, 1.25), (2.0, 1.9, 2.1))
+    pooled = gallery.pool(by_host, ["one", "two"])
+    assert pooled["tau"] > 0.1 and 0.9 < pooled["i2"] < 1.0
+    expected = dersimonian_laird(np.array([1.2, 2.0]), np.array([1.15, 1.9]),
+                                 np.array([1.25, 2.1]))
+    for key, value in expected.items():
+        assert pooled[key] == pytest.approx(value, rel=1e-9), key
+    for c in by_host.values():
+        assert pooled["ci_high"] / pooled["ci_low"] > c.ci_high / c.ci_low
+
+
+def test_each_machine_s_standard_error_uses_its_own_level():
+    """A 99 % interval is wider than a 95 % one of the same standard error: read as 95 %,
+    its machine would weigh too little."""
+    import dataclasses
+
+    from scipy.stats import norm
+
+    z99 = norm.ppf(0.995)
+    wide = claim("heterogeneous", "reproduced", 2.0, 2.0 * math.exp(-0.1 * z99),
+                  2.0 * math.exp(0.1 * z99))
+    by_host = {"one": claim("heterogeneous", "reproduced", 1.0, math.exp(-0.1 * 1.959963984540054),
+                            math.exp(0.1 * 1.959963984540054)),
+               "two": dataclasses.replace(wide, level=0.99)}
+    pooled = gallery.pool(by_host, ["one", "two"])
+    assert pooled["value"] == pytest.approx(math.sqrt(2.0), rel=1e-9)  # equal weights
+
+
+def test_a_run_given_twice_is_refused_by_both_paths(sources, tmp_path: Path, capsys):
+    """The issue's case: a run and its copy under another name (or its archive) pooled as
+    two machines, with an interval narrower than either. Refused, naming both, before
+    anything is written; two runs that only share a run.json (a copy resumed) too."""
+    copy = shutil.copytree(sources["alpha"], tmp_path / "copy" / "alpha-again")
+    out = tmp_path / "site"
+    with pytest.raises(ValueError, match="are the same run: the same raw result files") as err:
+        gallery.gallery([sources["alpha"], sources["beta"], str(copy)], out)
+    assert sources["alpha"] in str(err.value) and str(copy) in str(err.value)
+    assert not out.exists()
+    packed = archive.create(Path(sources["alpha"]), tmp_path / "packed" / "alpha.tar.gz")
+    with pytest.raises(ValueError, match="same run"):
+        gallery.gallery([str(packed), sources["alpha"]], out)
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["gallery", sources["alpha"], str(copy), "-o", str(out)])
+    assert exited.value.code == 1 and str(copy) in capsys.readouterr().err
+    assert not out.exists()
+    # the same run.json, other raw files: one start of the pipeline, read twice
+    started = {"argv": ["snakemake"], "started": 1.5e9, "cwd": "/w", "snakemake": "9"}
+    beta_copy = shutil.copytree(sources["beta"], tmp_path / "b" / "beta-copy")
+    (copy / "run.json").write_text(json.dumps(started))
+    (beta_copy / "run.json").write_text(json.dumps(started))
+    with pytest.raises(ValueError, match="same run: the same run.json"):
+        gallery.gallery([str(copy), str(beta_copy)], out)
+    (beta_copy / "run.json").write_text(json.dumps({**started, "started": 1.6e9}))
+    data = gallery.gallery([str(copy), str(beta_copy)], out)
+    assert data["hosts"] == ["alpha-again", "beta-copy"]

@@ -311,7 +311,7 @@ def test_ring_compound_claim_fails_when_one_part_fails():
     claim = analysis.claims(ring_table(faster=1.5, sys_ratio=0.8), get("ring"))[4]
     # speed at its threshold, sys share wholly too high: the failing part decides
     assert claim.verdict == "not reproduced"
-    assert "part 1:" in claim.reason and "lies within 5% of" in claim.reason
+    assert "part 1:" in claim.reason and "lies within" in claim.reason
     assert "part 2:" in claim.reason and "wholly on the other side" in claim.reason
     assert claim.measured.count("[") == 2
 

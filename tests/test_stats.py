@@ -97,9 +97,33 @@ def _exact(value: float, half: float) -> stats.Estimate:
     (1.20, "<", "not reproduced", "other side"),
 ])
 def test_decide_by_interval(value: float, op: str, verdict: str, word: str) -> None:
-    got, reason = stats.decide(_exact(value, 0.05), op, 1.0)
+    """One-sided decisions, with a margin too narrow for the interval to fit in."""
+    got, reason = stats.decide(_exact(value, 0.05), op, 1.0, margin=0.01)
     assert got == verdict
     assert word in reason
+
+
+def test_an_interval_near_the_threshold_reads_at_the_threshold_before_one_side() -> None:
+    """Two one-sided tests come first: a 90 % interval within the margin reads "at the
+    threshold" even where the 95 % interval lies wholly on the claim's side, so a truth
+    near the threshold does not flip between reproduced and inconclusive run to run."""
+    just_above = _exact(1.06, 0.03)
+    assert just_above.interval()[0] > 1.0
+    assert stats.decide(just_above, ">=", 1.0, margin=0.01)[0] == "reproduced"
+    verdict, reason = stats.decide(just_above, ">=", 1.0, margin=0.10)
+    assert verdict == "at the threshold" and "90% interval" in reason
+    # the band is a factor 1 + margin either way: 1.06 x e^0.03 is past 1.05, not past 1.10
+    assert stats.decide(just_above, ">=", 1.0, margin=0.05)[0] == "reproduced"
+
+
+@pytest.mark.parametrize(("value", "half", "verdict"), [
+    (0.50, 0.05, "reproduced"),       # 90 % interval within 10 % of 0.5
+    (0.50, 0.30, "inconclusive"),     # centred, but too wide to say "about"
+    (0.30, 0.05, "not reproduced"),   # wholly below 0.5 / 1.1
+    (0.75, 0.05, "not reproduced"),   # wholly above 0.5 x 1.1: "about" is two-sided
+])
+def test_an_about_claim_is_two_sided(value: float, half: float, verdict: str) -> None:
+    assert stats.decide(_exact(value, half), "~", 0.5, margin=0.10)[0] == verdict
 
 
 def test_nan_and_no_interval_are_inconclusive() -> None:
@@ -171,7 +195,7 @@ def test_a_count_of_none_is_a_one_sided_bound_never_no_interval() -> None:
     got = stats.poisson_rate(0, 1_000_000)
     assert got.interval()[0] == 0 and got.interval()[1] == pytest.approx(3.689e-6, rel=1e-3)
     assert stats.decide(got, "<", 1e-5, ".3g", "") == (
-        "reproduced", "interval 0-3.69e-06 lies wholly below 1e-05")
+        "reproduced", "95% interval 0-3.69e-06 lies wholly below 1e-05")
     assert "no interval" not in got.show(".3g")
 
 
@@ -373,36 +397,16 @@ def _paired(logs: list[float]) -> stats.Estimate:
     return stats.paired(float(np.exp(np.mean(logs))), dict(enumerate(logs, 1)))
 
 
-def test_a_variance_prior_needs_three_paired_claims_and_is_worth_at_most_their_df() -> None:
-    """Two claims cannot tell a prior; identical spreads would give infinite degrees of
-    freedom, which the claims' own together cap (2 + 2 + 2 = 6 at three rounds each). The
-    prior's variance is above the spreads seen: a variance from two degrees of freedom
-    reads low on the log scale on average (Smyth's digamma terms correct for it)."""
-    spreads = [stats.block_spread(_paired([0.0, 0.1, k])) for k in (0.2, 0.3, 0.25)]
-    assert stats.fit_variance_prior(spreads[:2]) is None
-    assert stats.fit_variance_prior([*spreads[:2], spreads[0]]) is None  # counted once
-    prior = stats.fit_variance_prior(spreads)
-    assert prior is not None and prior.df == 6.0 and prior.claims == 3
-    assert 0.01 < prior.var < 0.03
 
 
-def test_a_moderated_claim_borrows_degrees_of_freedom_and_says_so() -> None:
-    quiet = _paired([0.0, 0.1, 0.2])
-    prior = stats.VariancePrior(0.01, 6.0, 3)
-    found = stats.moderated(quiet, prior)
-    assert found.df == 8.0 and found.value == quiet.value and found.blocks == quiet.blocks
-    assert found.ci_rel < quiet.ci_rel
-    assert "moderated t, 8 df: 6 from the experiment's paired claims" in stats.basis(found)
-    assert "(t, 2 df)" in stats.basis(quiet)
-
-
-def test_the_noisiest_claims_and_unpaired_quantities_keep_their_own_interval() -> None:
-    """A claim whose spread lies past the prior's 75th percentile is not shrunk toward it;
-    a quantity that is not paired over blocks (here a hierarchical bootstrap over one
-    process per round) is left as it is."""
-    prior = stats.VariancePrior(0.0001, 6.0, 3)
-    noisy = _paired([0.0, 0.3, 0.6])
-    assert stats.moderated(noisy, prior) is noisy
-    rate = stats.rate([[1.0], [1.1], [0.9]], 1.0, seed=1)
-    assert stats.block_spread(rate) is None and stats.moderated(rate, prior) is rate
-    assert stats.moderated(noisy, None) is noisy
+def test_a_share_keeps_its_interval_within_zero_and_one() -> None:
+    """A share near 1 with a wide spread: on the log scale its interval passes 100 %, on
+    the logit scale (stats.Share) it stays inside (0, 1) and still holds the estimate;
+    near 0 the two scales agree."""
+    near_one = _exact(0.864, 0.5)
+    assert near_one.interval()[1] > 1.0
+    lo, hi = stats.Share(near_one).interval()
+    assert 0 < lo < 0.864 < hi < 1
+    near_zero = _exact(0.01, 0.2)
+    assert stats.Share(near_zero).interval() == pytest.approx(near_zero.interval(), rel=0.02)
+    assert stats.Share(stats.binomial_share(0, 50)).interval()[0] == 0.0

@@ -6,6 +6,9 @@ import asyncio
 import copy
 import gc
 import json
+import re
+import shutil
+import subprocess
 import sys
 
 import numpy as np
@@ -42,6 +45,53 @@ def test_draws_are_seeded_in_range_and_identical_means_one_row():
     assert timers_mod.ideal_seconds(a) == pytest.approx(a.sum(axis=1).max())
     with pytest.raises(ValueError, match="seeding"):
         timers_mod.draws(5, 1, 1.0, "shared", seed=1)
+
+
+#: what a never-seeded Erlang process's random:uniform(10000) draws first, by release:
+#: before R15 (stdlib 1.16's random.erl takes the float from the state before the step)
+#: and from R15 on (after it; Erlang/OTP 25's random:uniform gives exactly these)
+PRE_R15_DRAWS = [924, 4436, 7231, 9459, 5015, 3114, 5975, 9157, 6670, 4772]
+R15_DRAWS = [4436, 7231, 9459, 5015, 3114, 5975, 9157, 6670, 4772, 5966]
+
+
+def test_the_seeds_ideal_is_the_sum_of_old_erlang_randoms_ten_default_draws():
+    from fractions import Fraction
+
+    # AS183's first float from the default seed, exactly: pre-R15 it is the seed itself
+    first = Fraction(3172, 30269) + Fraction(9814, 30307) + Fraction(20125, 30323)
+    first -= int(first)
+    assert int(first * 10000) + 1 == PRE_R15_DRAWS[0] == 924
+    # one step on: (3172*171) rem 30269 = 27839, and so on
+    stepped = Fraction(27839, 30269) + Fraction(21123, 30307) + Fraction(25074, 30323)
+    assert float(stepped - int(stepped)) == pytest.approx(0.4435846174457203, abs=1e-15)
+    assert analysis.erlang_random_draws(10, 10000) == PRE_R15_DRAWS
+    assert analysis.erlang_random_draws(10, 10000, pre_r15=False) == R15_DRAWS
+    assert analysis.SEED_SLEEPS_MS == PRE_R15_DRAWS
+    assert pytest.approx(56.753) == analysis.SEED_IDEAL_S
+    walls = [r["wall_s"] / analysis.SEED_IDEAL_S for r in analysis.SEED_ROWS]
+    assert walls == pytest.approx([1.1136, 1.0780], abs=1e-4)
+    # R15's sequence (61.795 s) would put the Core2's 61.181 s wall under its own sleeps
+    assert sum(R15_DRAWS) / 1000 > analysis.SEED_ROWS[1]["wall_s"] > analysis.SEED_IDEAL_S
+    # the wall claim's threshold is the seed's own wall over its ideal
+    assert pytest.approx(1.114) == 1 + analysis.NEAR_IDEAL
+    assert "56.753 s" in analysis.notes(pd.DataFrame(), EXP)[1]
+
+
+@pytest.mark.skipif(shutil.which("erl") is None, reason="no erl to cross-check with")
+def test_the_draws_match_erlangs_own_random_module_where_it_still_ships():
+    script = ('case code:which(random) of non_existing -> io:format("none"); _ -> '
+              'io:format("~w", [[random:uniform(10000) || _ <- lists:seq(1, 10)]]) end, '
+              'halt().')
+    out = subprocess.run(["erl", "-noshell", "-eval", script], capture_output=True,
+                         text=True, timeout=60, check=True).stdout.strip()
+    if out == "none":
+        pytest.skip("this Erlang ships no random module")
+    release = subprocess.run(["erl", "-noshell", "-eval", 'io:format("~s", '
+                              '[erlang:system_info(otp_release)]), halt().'],
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+    old = re.match(r"R(\d+)", release)  # R9B .. R16B; from 17 on the bare number
+    pre_r15 = old is not None and int(old.group(1)) < 15
+    assert json.loads(out) == analysis.erlang_random_draws(10, 10000, pre_r15=pre_r15)
 
 
 @pytest.mark.parametrize("variant", LOOPS)
@@ -258,7 +308,7 @@ def test_each_timers_claim_is_decided_by_its_interval(claim, level):
     assert "[" in got.measured and "]" in got.measured
     assert got.ci_low < got.value < got.ci_high
     assert got.threshold == pytest.approx(threshold)
-    assert ("lies within 5% of" if level == "at" else "wholly") in got.reason
+    assert ("lies within" if level == "at" else "wholly") in got.reason
     assert {c.verdict for name, c in claims.items() if name != claim} == {"reproduced"}
 
 
@@ -366,14 +416,17 @@ def test_seed_scale_claims_read_the_storms_measured_in_rounds():
     assert "best loop/GC of uvloop gc off:" in near.criterion
 
 
-@pytest.mark.parametrize(("point", "rounds"), [
-    ({**SEED_SCALE, "variant": "erlang", "seeding": "identical"}, 4),
-    ({**SEED_SCALE, "variant": "uvloop", "seeding": "identical"}, 3),
-    ({**SEED_SCALE, "variant": "erlang", "seeding": "independent"}, 3),
-    ({**SEED_SCALE, "variant": "uvloop", "seeding": "independent"}, 2),
-    ({"tasks": 100_000, "rounds": 3, "max_sleep": 1.0, "variant": "asyncio",
-      "seeding": "independent"}, 8)])
-def test_a_seed_scale_storm_gets_fewer_rounds_the_longer_it_lasts(point, rounds):
-    point = {"gc": "on", **point}
-    assert planning.rounds_of(settings.effective(FULL, check_disk=False), "timers",
-                              point) == rounds
+def test_a_seed_scale_storm_gets_no_more_rounds_than_the_design_and_fewer_the_longer_it_lasts():
+    """Properties of the full config, not its numbers: the 100,000-task claim points get
+    the design's claims.rounds; no seed-scale storm more; a storm with independent seeding
+    (90-140 s) never more than one with identical seeding (~65 s) of the same loop."""
+    cfg = settings.effective(FULL, check_disk=False)
+    design = cfg["timers"]["measure"]["claims"]["rounds"]
+
+    def rounds(variant: str, seeding: str, **point) -> int:
+        return planning.rounds_of(cfg, "timers", {"gc": "on", **(point or SEED_SCALE),
+                                                  "variant": variant, "seeding": seeding})
+
+    assert rounds("asyncio", "independent", tasks=100_000, rounds=3, max_sleep=1.0) == design
+    for variant in ("erlang", "uvloop"):
+        assert 2 <= rounds(variant, "independent") <= rounds(variant, "identical") <= design

@@ -166,6 +166,31 @@ def _aa(args: argparse.Namespace) -> None:
               f"{change['verdict_a']} -> {change['verdict_b']}")
 
 
+def _aa_judge(args: argparse.Namespace) -> None:
+    """``aa RUN_A RUN_B``: two runs judged claim by claim on their estimates (perfgrid.aa).
+    Exit status 0 whatever it finds: the judging is information, not a test."""
+    from perfgrid import aa
+
+    a, b = args.snakemake_args
+    out = Path(args.out or Path(args.results) / "compare" / f"aa-{aa.label(a)}-{aa.label(b)}")
+    result = aa.main(a, b, out)
+    print(f"perfgrid aa: A = {a} ({result['claims'][0]} claims), "
+          f"B = {b} ({result['claims'][1]} claims)")
+    print(result["text"])
+    print(f"table written to {result['path']}")
+
+
+def _aa_command(args: argparse.Namespace) -> None:
+    """``aa RUN_A RUN_B`` judges two result sets; ``aa [options] [-- snakemake args]``
+    runs the config twice first (:func:`_aa`)."""
+    runs = args.snakemake_args
+    run_options = (args.configfile is not None or args.label != "aa" or args.cores != 2)
+    if len(runs) == 2 and not any(r.startswith("-") for r in runs) and not run_options:
+        _aa_judge(args)
+    else:
+        _aa(args)
+
+
 def _summary(args: argparse.Namespace) -> None:
     from perfgrid import compare
 
@@ -298,15 +323,25 @@ def main(argv: list[str] | None = None) -> None:
                    "earlier gallery)")
     p.set_defaults(func=_gallery)
 
-    p = sub.add_parser("aa", help="run one config twice (two labels) and compare: the noise "
-                       "floor of this machine")
+    p = sub.add_parser("aa", help="judge two runs of one commit claim by claim on their "
+                       "estimates (aa RUN_A RUN_B, perfgrid.aa); or run one config twice "
+                       "and compare (aa [--label ...]): the noise floor of this machine",
+                       description="With two result sets (RUN_A RUN_B: results/<host> folders "
+                       "holding claims.csv, or archives), judge them claim by claim: the "
+                       "difference of log estimates against both intervals and the "
+                       "between-run component, Benjamini-Hochberg at q = 0.05, readings that "
+                       "differ and contradict; writes <out>/aa.csv and exits 0. Without them, "
+                       "run the config twice under two labels and compare the runs.")
     p.add_argument("--configfile", help="config to run (default: config/config.yaml)")
     p.add_argument("--label", default="aa", help="results land in <results>/<label>-a and -b")
     p.add_argument("--results", default="results", help="the config's results folder")
     p.add_argument("--cores", type=int, default=2)
-    p.add_argument("--out", help="comparison folder (default <results>/compare/aa-<label>)")
-    p.add_argument("snakemake_args", nargs="*", help="passed on to snakemake (after --)")
-    p.set_defaults(func=_aa)
+    p.add_argument("--out", help="comparison folder (default <results>/compare/aa-<label>; "
+                   "with RUN_A RUN_B: <results>/compare/aa-<A>-<B>, holding aa.csv)")
+    p.add_argument("snakemake_args", nargs="*", metavar="RUN_A RUN_B | SNAKEMAKE_ARG",
+                   help="two result sets to judge (folders or archives); or, after --, "
+                   "arguments passed on to snakemake")
+    p.set_defaults(func=_aa_command)
 
     p = sub.add_parser("summary", help="every host's rates side by side")
     p.add_argument("results", help="the results folder: every <host> in it that has a table")

@@ -15,11 +15,15 @@ folders or archives, each archive verified first) and writes into ``DIR``:
 - ``matrix.csv`` and ``pooled.csv``: the same figures, machine-readable; ``gallery.json``.
 
 The pooled estimate is a random-effects meta-analysis on the log scale
-(DerSimonian-Laird, ``statsmodels.stats.meta_analysis.combine_effects``), each
-machine's standard error read off its 95 % interval: ``(log hi - log lo) / (2 z)``.
-A machine is one draw from the population of machines, so the between-machine
-variance (tau squared) widens the pooled interval; I squared is the share of the
+(DerSimonian-Laird, :func:`dersimonian_laird`), each machine's standard error read off
+its interval at the claim's own level: ``(log hi - log lo) / (2 z)``. A machine is one
+draw from the population of machines, so the between-machine variance (tau squared,
+never below 0) widens the pooled interval; I squared, in [0, 1], is the share of the
 spread between machines that their own intervals do not explain.
+
+Each source must be its own run: two sources with the same raw result files (a folder
+and its copy, or its archive) or the same ``run.json`` are refused by name, since
+pooling one run twice would count one machine as two and narrow the interval.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from perfgrid.report.formatting import _HUMAN, human_rate
 from perfgrid.report.pages import html_page
 from perfgrid.stats import Bounds, decide
 
-#: the z of a two-sided 95 % interval: a machine's standard error is its width over 2 z
+#: the z of a two-sided 95 % interval: the pooled estimate's interval is 95 %
 Z95 = 1.959963984540054
 #: the marker file that says a folder is a gallery, so writing into it again is safe
 MARKER = "gallery.json"
@@ -142,6 +146,53 @@ def check_labels(machines: list[Machine]) -> None:
         seen[m.label] = m.source
 
 
+def run_identity(root: Path) -> dict[str, str]:
+    """What identifies the run behind a result set, whatever folder or archive it is read
+    from: ``raw``, the SHA-256 over its raw result files (each one's path under ``raw/``
+    and its bytes; where it has none, over its tables and claims.csv), and ``run``, its
+    run.json's record of how it started (when, where, with what arguments), if any."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    files = sorted(p for p in (root / "raw").rglob("*") if p.is_file() and not any(
+        part.startswith(".") for part in p.relative_to(root).parts))
+    if not files:
+        files = sorted((root / "tables").glob("*.csv")) + [
+            p for p in (Layout(root).claims_table,) if p.is_file()]
+    for path in files:
+        digest.update(f"{path.relative_to(root).as_posix()}\0"
+                      f"{archive.file_sha256(path)}\n".encode())
+    out = {"raw": digest.hexdigest() if files else ""}
+    record = Layout(root).run_record
+    try:
+        started = json.loads(record.read_text()) if record.is_file() else {}
+    except (OSError, ValueError):
+        started = {}
+    if isinstance(started, dict) and started.get("started") is not None:
+        out["run"] = json.dumps({k: started.get(k) for k in ("started", "cwd", "argv")},
+                                sort_keys=True)
+    return out
+
+
+def check_runs(machines: list[Machine]) -> None:
+    """Each source is a run of its own: two with the same raw result files, or the same
+    run.json, are one run read twice (a folder and its copy or its archive). Pooling them
+    would count one machine as two and narrow its interval: refused, naming both."""
+    seen: dict[tuple[str, str], Machine] = {}
+    for m in machines:
+        identity = run_identity(m.root)
+        for kind in ("raw", "run"):
+            if not identity.get(kind):
+                continue
+            first = seen.setdefault((kind, identity[kind]), m)
+            if first is not m:
+                why = (f"the same raw result files (sha256 {identity['raw'][:12]})"
+                       if kind == "raw" else "the same run.json (one start of the pipeline)")
+                raise ValueError(f"refused, nothing written: {first.source} and {m.source} "
+                                 f"are the same run: {why}; pooled twice it would count as "
+                                 f"two machines: give each run once")
+
+
 # -- claims across machines -------------------------------------------------------------
 def claim_key(claim: Claim) -> tuple[str, str, str]:
     return claim.experiment, claim.runtime, claim.hypothesis
@@ -172,19 +223,47 @@ def interval_text(claim: Claim) -> str:
 
 def _usable(claim: Claim) -> bool:
     return (all(math.isfinite(v) for v in (claim.value, claim.ci_low, claim.ci_high))
-            and 0 < claim.ci_low <= claim.value <= claim.ci_high and claim.ci_low < claim.ci_high)
+            and 0 < claim.ci_low <= claim.value <= claim.ci_high and claim.ci_low < claim.ci_high
+            and 0 < _level(claim) < 1)
+
+
+def _level(claim: Claim) -> float:
+    """The claim's interval level (95 % where a table does not say)."""
+    return claim.level if math.isfinite(claim.level) else 0.95
+
+
+def dersimonian_laird(effect: np.ndarray, se: np.ndarray) -> dict[str, float]:
+    """Random-effects pooling of ``effect`` (two or more, log scale) with standard errors
+    ``se`` (each > 0): ``mean`` and its ``sd``, ``tau2``, ``q``, ``df`` and ``i2``.
+
+    Q is summed as squares about the fixed-effect mean, never as a difference of two
+    sums (which rounds below 0 for equal effects and made I squared of 1.8e13 out of
+    it). The one-step tau squared is taken as 0 where it is negative (machines closer
+    together than their intervals say), as DerSimonian and Laird do: the mean is then
+    the fixed-effect one. I squared is ``(Q - df) / Q`` where Q exceeds df, else 0: it
+    lies in [0, 1).
+    """
+    y = np.asarray(effect, dtype=float)
+    v = np.asarray(se, dtype=float) ** 2
+    w = 1 / v
+    fixed = float(np.sum(w * y) / np.sum(w))
+    q = float(np.sum(w * (y - fixed) ** 2))
+    df = len(y) - 1
+    c = float(np.sum(w) - np.sum(w**2) / np.sum(w))
+    tau2 = max(0.0, (q - df) / c) if c > 0 and q > df else 0.0
+    i2 = (q - df) / q if q > df else 0.0
+    w_re = 1 / (v + tau2)
+    return {"mean": float(np.sum(w_re * y) / np.sum(w_re)),
+            "sd": float(1 / math.sqrt(np.sum(w_re))), "tau2": tau2, "q": q, "df": df,
+            "i2": min(1.0, max(0.0, i2))}
 
 
 def pool(by_host: dict[str, Claim], hosts: list[str]) -> dict[str, Any]:
     """How general one claim is over ``hosts``: its verdict counts, and a random-effects
-    estimate pooled over the machines whose claim has an interval (two or more).
-
-    DerSimonian-Laird through statsmodels; its one-step tau squared is not truncated
-    there, so a negative one (machines closer together than their intervals say) is
-    taken as 0, as DerSimonian and Laird do: the pooled estimate is then the
-    fixed-effect one, and I squared is 0.
+    estimate pooled over the machines whose claim has an interval (two or more), by
+    :func:`dersimonian_laird`: tau squared >= 0, I squared in [0, 1].
     """
-    from statsmodels.stats.meta_analysis import combine_effects
+    from scipy.special import ndtri
 
     counts = {v: sum(1 for h in hosts if h in by_host and by_host[h].verdict == v)
               for v in VERDICTS}
@@ -200,21 +279,14 @@ def pool(by_host: dict[str, Claim], hosts: list[str]) -> dict[str, Any]:
         return out
     claims = [by_host[h] for h in used]
     effect = np.log([c.value for c in claims])
-    se = (np.log([c.ci_high for c in claims]) - np.log([c.ci_low for c in claims])) / (2 * Z95)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        res = combine_effects(effect, se**2, method_re="dl")
-        i2 = float(res.i2)
-    if res.tau2 > 0:
-        mean, sd, tau2 = float(res.mean_effect_re), float(res.sd_eff_w_re), float(res.tau2)
-    else:
-        mean, sd, tau2 = float(res.mean_effect_fe), float(res.sd_eff_w_fe), 0.0
+    z = np.array([float(ndtri(0.5 + _level(c) / 2)) for c in claims])
+    se = (np.log([c.ci_high for c in claims]) - np.log([c.ci_low for c in claims])) / (2 * z)
+    res = dersimonian_laird(effect, se)
+    mean, sd = res["mean"], res["sd"]
     out.update(value=math.exp(mean), ci_low=math.exp(mean - Z95 * sd),
-               ci_high=math.exp(mean + Z95 * sd), tau=math.sqrt(tau2),
-               i2=max(0.0, i2) if math.isfinite(i2) else 0.0)
+               ci_high=math.exp(mean + Z95 * sd), tau=math.sqrt(res["tau2"]), i2=res["i2"])
     ref = claims[0]
     if ref.op and math.isfinite(ref.threshold):
-        from scipy.special import ndtri
-
         pooled = Bounds(out["value"], lambda level: (
             math.exp(mean - float(ndtri(0.5 + level / 2)) * sd),
             math.exp(mean + float(ndtri(0.5 + level / 2)) * sd)), "pooled over machines")
@@ -645,6 +717,7 @@ def gallery(sources: list[str], out_dir: Path) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="perfgrid-gallery-") as scratch:
         machines = [load(s, compare.resolve(s, Path(scratch) / str(i)))
                     for i, s in enumerate(sources)]
+        check_runs(machines)
         check_labels(machines)
         data = build(machines)
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -278,92 +278,6 @@ def paired(value: float, blocks: dict[Any, float], n_boot: int = N_BOOT,
                     reduced)
 
 
-#: a claim whose own per-block spread lies past this quantile of what the prior predicts
-#: (F with its and the prior's degrees of freedom) keeps its own spread and t
-PRIOR_OUTLIER = 0.75
-#: the fewest paired claims of an experiment a prior is fitted from
-PRIOR_MIN_CLAIMS = 3
-
-
-@dataclass(frozen=True)
-class VariancePrior:
-    """What an experiment's paired claims together say about a claim's per-block spread:
-    a variance ``var`` worth ``df`` degrees of freedom, fitted from ``claims`` claims."""
-
-    var: float
-    df: float
-    claims: int
-
-
-def _trigamma_inverse(y: float) -> float:
-    """x with trigamma(x) = y (Newton's method, as limma's ``trigammaInverse``)."""
-    if y > 1e7:
-        return 1 / math.sqrt(y)
-    if y < 1e-6:
-        return 1 / y
-    x = 0.5 + 1 / y
-    for _ in range(50):
-        tri = float(_sp.polygamma(1, x))
-        step = tri * (1 - tri / y) / float(_sp.polygamma(2, x))
-        x += step
-        if -step / x < 1e-8:
-            break
-    return x
-
-
-def fit_variance_prior(spreads: Sequence[tuple[float, float]]) -> VariancePrior | None:
-    """The prior of per-block variances ``(s2, df)`` (one per paired claim), fitted by
-    Smyth's moments of ``log s2`` (limma's ``fitFDist``: Smyth, "Linear models and
-    empirical Bayes methods for assessing differential expression in microarray
-    experiments", 2004). Its degrees of freedom are capped at the claims' own together:
-    the prior is never worth more than the data it was fitted from. A spread seen twice
-    is one quantity judged by two claims, and counts once. None where fewer than
-    :data:`PRIOR_MIN_CLAIMS` claims have a positive spread."""
-    kept = [(float(s2), float(df)) for s2, df in dict.fromkeys(spreads)
-            if math.isfinite(s2) and s2 > 0 and math.isfinite(df) and df > 0]
-    if len(kept) < PRIOR_MIN_CLAIMS:
-        return None
-    s2, df = (np.array(column) for column in zip(*kept, strict=True))
-    e = np.log(s2) - _sp.digamma(df / 2) + np.log(df / 2)
-    excess = float(np.var(e, ddof=1) - np.mean(_sp.polygamma(1, df / 2)))
-    d0 = 2 * _trigamma_inverse(excess) if excess > 0 else math.inf
-    d0 = min(d0, float(df.sum()))
-    s0 = float(np.exp(np.mean(e) + _sp.digamma(d0 / 2) - np.log(d0 / 2)))
-    return VariancePrior(s0, d0, len(kept))
-
-
-def block_spread(quantity: Estimate | Bounds) -> tuple[float, float] | None:
-    """(per-block variance, df) of a quantity paired over its blocks, the only kind a prior
-    moderates; None for any other (one whose interval is not the blocks' t)."""
-    if not isinstance(quantity, Estimate) or quantity.method != METHOD_PAIRED \
-            or not quantity.has_interval or not quantity.blocks or len(quantity.blocks) < 2:
-        return None
-    logs = np.array(list(quantity.blocks.values()), dtype=float)
-    s2 = float(np.var(logs, ddof=1))
-    if not s2 > 0 or not math.isclose(quantity.var, s2 / logs.size, rel_tol=1e-6):
-        return None
-    return s2, float(logs.size - 1)
-
-
-def moderated(quantity: Q, prior: VariancePrior | None) -> Q:
-    """A paired quantity's interval with its spread moderated by ``prior``: the variance
-    ``(d0 s0^2 + d s^2) / (d0 + d)`` and t with ``d0 + d`` degrees of freedom (Smyth's
-    moderated t), so a claim measured in three rounds borrows the spread of the
-    experiment's other claims instead of resting on two degrees of freedom. A claim whose
-    own spread lies past the prior's :data:`PRIOR_OUTLIER` quantile keeps its own (the
-    noisiest claims would otherwise borrow too small a spread); anything not paired is
-    returned as it is."""
-    spread = block_spread(quantity)
-    if prior is None or spread is None:
-        return quantity
-    s2, d = spread
-    if s2 / prior.var > float(_sp.fdtri(d, prior.df, PRIOR_OUTLIER)):
-        return quantity
-    var = (prior.df * prior.var + d * s2) / (prior.df + d)
-    return dataclasses.replace(quantity, dev=quantity.dev * math.sqrt(var / s2),
-                               df=d + prior.df)
-
-
 def _method(parts: Sequence[Estimate]) -> str:
     """The method of parts combined as independent (never paired: :func:`paired` is)."""
     for method in (METHOD_VALUES, METHOD_HIERARCHICAL):
@@ -623,14 +537,43 @@ def basis(quantity: Estimate | Bounds) -> str:
     if quantity.method == METHOD_PAIRED and quantity.blocks:
         n = len(quantity.blocks)
         paired_text = f"paired over {n} rounds (t, {n - 1} df)"
-        if quantity.df > n - 1 + 1e-9:
-            paired_text = (f"paired over {n} rounds (moderated t, {quantity.df:.3g} df: "
-                           f"{quantity.df - n + 1:.3g} from the experiment's paired claims)")
         return f"{quantity.reduced}, {paired_text}" if quantity.reduced else paired_text
     if quantity.method == METHOD_VALUES:
         return "one process: within-process noise only"
     level = "rounds" if quantity.method == METHOD_ROUNDS else "processes"
     return f"over {level}, {quantity.df:.3g} df"
+
+
+
+class Share(Bounds):
+    """A share (a quantity in [0, 1]) judged on its own scale: the log-scale interval of
+    ``inner`` mapped to the logit scale (delta method: a log-scale side ``s`` is a logit
+    side ``s / (1 - p)``) and back, so its ends stay within (0, 1), where a log-scale
+    interval of a share near 1 passes 100 %. Near 0 the two agree."""
+
+    def __init__(self, inner: Estimate | Bounds) -> None:
+        p = inner.value
+
+        def bounds(level: float) -> Interval | None:
+            found = inner.interval(level)
+            if found is None:
+                return None
+            if not 0 < p < 1:  # an exact count's share of 0 or 1: its bounds, within [0, 1]
+                return max(0.0, found[0]), min(1.0, found[1])
+            centre = math.log(p / (1 - p))
+            up = (math.log(found[1]) - math.log(p)) / (1 - p)
+            low = 0.0 if found[0] <= 0 else float(
+                _sp.expit(centre - (math.log(p) - math.log(found[0])) / (1 - p)))
+            return low, float(_sp.expit(centre + up))
+
+        super().__init__(p, bounds, inner.method, inner.reason,
+                         f"{basis(inner)}; logit scale", inner.points)
+        self.inner = inner
+
+    def interval(self, level: float | None = None) -> Interval | None:
+        if not (np.isfinite(self.value) and 0 <= self.value <= 1):
+            return None
+        return self._bounds(level or current_level())
 
 
 # -- from exact counts -------------------------------------------------------
@@ -781,15 +724,34 @@ def rate(processes: Sequence[Sequence[float]], work_per_loop: float, seed: int =
 
 
 # -- verdicts ----------------------------------------------------------------
-_SIDES = {">=": "at or above", ">": "above", "<=": "at or below", "<": "below"}
+_SIDES = {">=": "at or above", ">": "above", "<=": "at or below", "<": "below",
+          "~": "about"}
+
+
+def equivalence_level(level: float) -> float:
+    """The level of the interval two one-sided tests judge equivalence by: each side at
+    ``(1 - level) / 2``, so 90 % where claims decide at 95 %."""
+    return 2 * level - 1
+
+
+def band(threshold: float, margin: float) -> Interval:
+    """The values within ``margin`` of ``threshold``, a factor ``1 + margin`` either way
+    (symmetric on the log scale, as every interval here is)."""
+    return threshold / (1 + margin), threshold * (1 + margin)
 
 
 def decide(quantity: Estimate | Bounds, op: str, threshold: float, spec: str = ".2f",
            unit: str = "x", margin: float = AT_THRESHOLD) -> tuple[str, str]:
-    """(verdict, reason): reproduced only when the whole interval lies on the claim's side,
-    not reproduced only when it lies wholly on the other; an interval that straddles the
-    threshold but lies wholly within ``margin`` of it (relative) reads "at the threshold"
-    (two one-sided tests: the truth is that close to the seed's number), else inconclusive.
+    """(verdict, reason) of a claim ``quantity op threshold``.
+
+    First equivalence, by two one-sided tests: where the :func:`equivalence_level` interval
+    (90 % beside 95 %) lies wholly within ``margin`` of the threshold (:func:`band`), the
+    truth is that close to it, and the claim reads "at the threshold" (``op`` ``~``, an
+    "about" claim: "reproduced"). This takes precedence over a one-sided decision, so a
+    truth near the threshold reads the same run after run instead of flipping with the
+    noise. Otherwise the claim is reproduced only when the whole interval lies on its side,
+    not reproduced only when it lies wholly on the other (for ``~``: wholly outside the
+    band), else inconclusive.
     """
     if op not in _SIDES:
         raise ValueError(f"op: {op!r} is not one of {', '.join(_SIDES)}")
@@ -801,7 +763,24 @@ def decide(quantity: Estimate | Bounds, op: str, threshold: float, spec: str = "
     if bounds is None:
         return "inconclusive", f"no interval: {quantity.reason or 'one value'}"
     lo, hi = bounds
-    text = f"interval {lo:{spec}}-{hi:{spec}}{unit}"
+    level = current_level()
+    text = f"{level:.0%} interval {lo:{spec}}-{hi:{spec}}{unit}"
+    if threshold > 0:
+        low, high = band(threshold, margin)
+        near = quantity.interval(equivalence_level(level))
+        if near is not None and low <= near[0] and near[1] <= high:
+            words = (f"{equivalence_level(level):.0%} interval {near[0]:{spec}}-"
+                     f"{near[1]:{spec}}{unit} lies within {margin:.0%} of {threshold:g}{unit}")
+            return ("reproduced" if op == "~" else "at the threshold"), words
+        if op == "~":
+            if lo > high or hi < low:
+                return "not reproduced", (f"{text} lies wholly outside {low:{spec}}-"
+                                          f"{high:{spec}}{unit} (within {margin:.0%} of "
+                                          f"{threshold:g}{unit})")
+            return "inconclusive", (f"{text} is not wholly within {margin:.0%} of "
+                                    f"{threshold:g}{unit}")
+    elif op == "~":
+        raise ValueError(f"op ~ needs a positive threshold, not {threshold!r}")
     above = op.startswith(">")
     strict = len(op) == 1
     holds = (lo > threshold if strict else lo >= threshold) if above else (
@@ -812,9 +791,34 @@ def decide(quantity: Estimate | Bounds, op: str, threshold: float, spec: str = "
         return "reproduced", f"{text} lies wholly {_SIDES[op]} {threshold:g}{unit}"
     if fails:
         return "not reproduced", f"{text} lies wholly on the other side of {threshold:g}{unit}"
-    if threshold > 0 and threshold * (1 - margin) <= lo and hi <= threshold * (1 + margin):
-        return "at the threshold", f"{text} lies within {margin:.0%} of {threshold:g}{unit}"
     return "inconclusive", f"{text} straddles {threshold:g}{unit}"
+
+
+class Widened(Bounds):
+    """A quantity whose interval also holds the variance between runs: each side of its
+    interval, on the log scale, grows to ``sqrt(side^2 + (z tau)^2)``, where ``tau`` is
+    the between-run standard deviation (perfgrid.betweenrun) and ``z`` the level's normal
+    quantile. Inside one run the rounds cannot see how the next run, on another host or
+    day, would differ; a verdict about the machine must."""
+
+    def __init__(self, quantity: Estimate | Bounds, tau: float) -> None:
+        if not tau >= 0:
+            raise ValueError(f"tau {tau!r}; allowed: a number >= 0")
+
+        def bounds(level: float) -> Interval | None:
+            inner = quantity.interval(level)
+            if inner is None:
+                return None
+            extra = (float(_sp.ndtri(0.5 + level / 2)) * tau) ** 2
+            centre = math.log(quantity.value)
+            lo = 0.0 if inner[0] <= 0 else math.exp(
+                centre - math.sqrt((centre - math.log(inner[0])) ** 2 + extra))
+            hi = math.exp(centre + math.sqrt((math.log(inner[1]) - centre) ** 2 + extra))
+            return lo, hi
+
+        super().__init__(quantity.value, bounds, quantity.method, quantity.reason,
+                         basis(quantity), quantity.points)
+        self.inner, self.tau = quantity, float(tau)
 
 
 #: :func:`blocks_needed` gives up (None) beyond this
@@ -864,27 +868,30 @@ def rounds_to_settle(quantity: Estimate | Bounds, threshold: float,
         blocks = int(round(quantity.df)) + 1
     else:
         return None
-    bounds = quantity.interval(level)
-    if blocks < 2 or bounds is None:
-        return None
     level = level or current_level()
-    t_now = float(_sp.stdtrit(quantity.df if quantity.method == METHOD_PAIRED
-                              else blocks - 1, 0.5 + level / 2))
+    eq_level = equivalence_level(level)
+    bounds, near = quantity.interval(level), quantity.interval(eq_level)
+    if blocks < 2 or bounds is None or near is None:
+        return None
+    df = quantity.df if quantity.method == METHOD_PAIRED else blocks - 1
 
-    def fits(side: float, room: float) -> float:
-        """Blocks at which a side of the interval now ``side`` wide is at most ``room``
-        (inf where it never is by MAX_BLOCKS, or has no room)."""
+    def fits(side: float, room: float, at_level: float) -> float:
+        """Blocks at which a side of the ``at_level`` interval now ``side`` wide is at most
+        ``room`` (inf where it never is by MAX_BLOCKS, or has no room)."""
         if room <= 0:
             return math.inf
+        t_now = float(_sp.stdtrit(df, 0.5 + at_level / 2))
         var = (side * math.sqrt(blocks) / t_now) ** 2
-        return blocks_needed(var, 1.0, level, math.expm1(room)) or math.inf
+        return blocks_needed(var, 1.0, at_level, math.expm1(room)) or math.inf
 
     centre, line = np.log(quantity.value), np.log(threshold)
     # a bootstrap interval need not be symmetric: decided once the side facing the
-    # threshold clears it; at the threshold once both sides lie within ``margin`` of it
+    # threshold clears it; at the threshold once both sides of the equivalence interval
+    # lie within ``margin`` of it (stats.band)
     up, down = np.log(bounds[1]) - centre, centre - np.log(bounds[0])
-    decided = fits(up if line > centre else down, abs(line - centre))
-    at = max(fits(up, line + np.log1p(margin) - centre),
-             fits(down, centre - line - np.log1p(-margin)))
+    decided = fits(up if line > centre else down, abs(line - centre), level)
+    near_up, near_down = np.log(near[1]) - centre, centre - np.log(near[0])
+    at = max(fits(near_up, line + np.log1p(margin) - centre, eq_level),
+             fits(near_down, centre - line + np.log1p(margin), eq_level))
     rounds = max(blocks, min(decided, at))
     return SETTLE_MAX + 1 if rounds > SETTLE_MAX else int(rounds)

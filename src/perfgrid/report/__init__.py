@@ -80,12 +80,17 @@ def look_notes(layout: Layout, experiment: str) -> list[str]:
     return lines
 
 
+def _budget_cut(layout: Layout, experiment: str) -> list[dict]:
+    """The notes of the experiment's point rounds the time budget let go (perfgrid.block)."""
+    return [note for note in map(looks.not_measured,
+                                 layout.raw_dir(experiment).rglob("round=*.json"))
+            if note is not None and note.get("look") == looks.BUDGET]
+
+
 def budget_notes(layout: Layout, experiment: str) -> list[str]:
     """A line if the run's time budget let later rounds of the experiment's claim points
     go (perfgrid.block): how many, and from which round on."""
-    notes = [note for note in map(looks.not_measured,
-                                  layout.raw_dir(experiment).rglob("round=*.json"))
-             if note is not None and note.get("look") == looks.BUDGET]
+    notes = _budget_cut(layout, experiment)
     if not notes:
         return []
     first = min(note["blocks"] for note in notes) + 1
@@ -134,6 +139,7 @@ def build(root: Path, experiment_names: list[str], cv_threshold: float) -> dict[
     return {"machine": machine, "sections": sections, "claims": _claims_frame(all_claims),
             "precision": precision_frame(sections),
             "claim_list": all_claims, "git": gitinfo.facts(), "host": root.name,
+            "cut": sum(len(_budget_cut(layout, name)) for name in experiment_names),
             "cv_threshold": cv_threshold,
             "provenance": provenance(layout, sections)}
 

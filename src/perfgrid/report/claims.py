@@ -11,20 +11,38 @@ import pandas as pd
 
 from perfgrid.analysis import VERDICTS, Claim
 from perfgrid.atomic import atomic_path
+from perfgrid.ledger import COUNTED
 
 
-def verdict_counts(claims: pd.DataFrame) -> str:
-    """``12 reproduced, 3 not reproduced, 9 inconclusive``."""
+def _counts(claims: pd.DataFrame) -> str:
     counts = claims["verdict"].value_counts() if len(claims) else pd.Series(dtype=int)
     return ", ".join(f"{int(counts.get(v, 0))} {v}" for v in VERDICTS)
 
 
-CLAIM_COLUMNS = ["experiment", "hypothesis", "criterion", "measured", "verdict", "runtime",
-                 "reason", "basis", "why"]
+def verdict_counts(claims: pd.DataFrame) -> str:
+    """``12 reproduced, 3 not reproduced, 0 at the threshold, 9 inconclusive`` over the
+    counted claims (seed and project claims, perfgrid.ledger.COUNTED), then each kind's
+    own counts; the sanity checks are counted apart, never in the total. A table without
+    kinds (an older claims.csv) counts every claim."""
+    if "kind" not in claims or not claims["kind"].fillna("").astype(bool).any():
+        return _counts(claims)
+    kinds = claims["kind"].fillna("")
+    counted = claims[kinds.isin(COUNTED)]
+    parts = [f"{_counts(counted)} of {len(counted)} claims"]
+    parts += [f"{kind} claims: {_counts(claims[kinds == kind])}" for kind in COUNTED]
+    sanity = claims[kinds == "sanity"]
+    parts.append(f"sanity checks (not in the total): {_counts(sanity)}")
+    return "; ".join(parts)
+
+
+CLAIM_COLUMNS = ["experiment", "kind", "hypothesis", "seed_figure", "criterion", "measured",
+                 "verdict", "runtime", "reason", "basis", "threshold_why", "why"]
 #: the columns of ``claims.csv``: every field of :class:`Claim`, in its order
 CLAIM_FIELDS = [f.name for f in dataclasses.fields(Claim)]
 #: columns a ``claims.csv`` of an older perfgrid may lack (read as empty)
-OPTIONAL_CLAIM_FIELDS = ("basis", "level", "points")
+OPTIONAL_CLAIM_FIELDS = ("basis", "level", "points", "eq_low", "eq_high", "tau", "kind",
+                         "seed_figure", "seed_quote", "seed_where", "threshold_why",
+                         "why_a_claim", "margin", "margin_from")
 
 
 def _claims_frame(claims: list[Claim]) -> pd.DataFrame:
@@ -53,7 +71,8 @@ def read_claims(path: Path) -> list[Claim]:
             rows = list(reader)
     except (UnicodeDecodeError, csv.Error) as err:
         raise ValueError(f"{path}: not a readable claims table ({err})") from None
-    numbers = ("value", "ci_low", "ci_high", "threshold", "level")
+    numbers = ("value", "ci_low", "ci_high", "threshold", "level", "eq_low", "eq_high", "tau",
+               "margin")
     claims = []
     for number, row in enumerate(rows, 2):
         try:

@@ -21,24 +21,46 @@ from perfgrid.report.run_facts import noise_table, topology_table
 PRECISION_TEXT = ("Precision: points with a 95 % interval, those whose half-width is at most "
                   "3 % of the rate, and, where measure.target_ci is set, the points whose "
                   "interval met the target before the cap (measure.max_seconds) stopped them.")
-VERDICT_TEXT = ("A verdict is decided by the 95 % interval of the compared quantity: reproduced "
-                "or not reproduced only when the whole interval lies on one side of the "
-                "threshold; at the threshold when it straddles the threshold but lies wholly "
-                "within 5 % of it (the truth is that close to the seed's number), inconclusive "
-                "otherwise; an inconclusive claim over rounds says about how many rounds "
-                "would settle it if its estimate and per-round spread stayed as they are (a "
-                "projection: more time helps only where that is near the rounds it had). "
-                "A ratio of two points measured in the same rounds is paired round "
-                "by round (ci_method \"paired over rounds\": drift both sides share cancels), "
-                "and a best-of or a median over rows takes the rows' intervals at levels that "
-                "hold for all of them at once (\"simultaneous bounds\"). An interval over "
-                "rounds (ci_method \"hierarchical bootstrap over "
-                "rounds\": jobs spread over the run, measure.claims.rounds) holds the machine's "
-                "drift over the run; one over the processes of one job holds only the noise "
-                "of that moment, and a second run may differ by more. Why: the kernel counters "
-                "(perf stat, in an untimed pass after the timed runs) of the points a claim "
-                "compares, per unit of work; where none was counted, why not when the "
-                "counting pass could not run (perf missing, not permitted), else empty.")
+VERDICT_TEXT = (
+    "Every claim is in the claims ledger (claims.yaml in each experiment's folder): its kind "
+    "(seed: the seed post makes it; project: this project's own; sanity: it holds by "
+    "construction and checks the harness, so it is shown but not counted), the seed's "
+    "figure and where it is, the threshold this project judges against and why it differs "
+    "from the seed's figure, and an equivalence margin fixed before any data. A claim reads "
+    "at the threshold when its {eq:.0%} interval lies wholly within its margin of the "
+    "threshold (two one-sided tests, each at {tail:.1%}); this comes first, so a truth near "
+    "the threshold reads the same on the next run. Otherwise it is reproduced or not "
+    "reproduced when its interval (level in the claims table, {level:.0%} unless looks "
+    "widened it) lies wholly on one side of the threshold, inconclusive when it straddles "
+    "it. An \"about\" claim (op ~) is reproduced when its {eq:.0%} interval lies within the "
+    "margin, not reproduced when its interval lies wholly outside it. {between} "
+    "A ratio of two points measured in the same rounds is paired round "
+    "by round (drift both sides share cancels), and a best-of or a median over rows takes "
+    "the rows' intervals at levels that hold for all of them at once (\"simultaneous "
+    "bounds\"). Why: the kernel counters (perf stat, in an untimed pass after the timed "
+    "runs) of the points a claim compares, per unit of work; where none was counted, why "
+    "not when the counting pass could not run (perf missing, not permitted), else empty.")
+
+
+def _cut_words(cut: int) -> str:
+    """The mark of a run the time budget cut: its design was not measured in full."""
+    if not cut:
+        return ""
+    return (f"THIS RUN WAS CUT: the time budget (budget.minutes) let {cut} point rounds go, "
+            f"so its verdicts rest on fewer rounds than the design (each section says "
+            f"which). ")
+
+
+def verdict_text(claims: pd.DataFrame) -> str:
+    """How the verdicts were reached, with the levels and the between-run component that
+    this run's claims used (perfgrid.betweenrun)."""
+    from perfgrid import betweenrun
+    from perfgrid.stats import LEVEL, equivalence_level
+
+    return VERDICT_TEXT.format(eq=equivalence_level(LEVEL), tail=(1 - LEVEL) / 2, level=LEVEL,
+                               between=betweenrun.describe(claims))
+
+
 TEMPLATES = PACKAGE / "templates"
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
 color:#222}table{border-collapse:collapse;font-size:.85em;margin:1em 0}td,th{border:1px solid
@@ -73,7 +95,9 @@ def view(data: dict[str, Any]) -> dict[str, Any]:
     return {
         "host": data["host"], "m": data["machine"], "git": data["git"],
         "topology_text": topology_text, "topology_table": topology,
-        "verdict_text": f"Verdicts: {verdict_counts(data['claims'])}. {VERDICT_TEXT}",
+        "verdict_text": (_cut_words(data.get("cut", 0))
+                         + f"Verdicts: {verdict_counts(data['claims'])}. "
+                         f"{verdict_text(data['claims'])}"),
         "claims_figure": data.get("claims_figure"),
         "claims": claims, "claim_columns": CLAIM_COLUMNS,
         "claim_rows": [{**{k: str(v) for k, v in row.items()},

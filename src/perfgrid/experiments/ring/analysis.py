@@ -14,15 +14,14 @@ from perfgrid.analysis import (
     INTERVAL_BARS,
     Claim,
     across,
-    all_of,
     best_row,
+    compound,
     inconclusive,
     interval_rows,
     judged,
     median_of,
     observed_estimate,
     plot_setup,
-    points_of,
     rate_at,
     rate_estimates,
     save,
@@ -31,7 +30,7 @@ from perfgrid.analysis import (
 )
 from perfgrid.experiments.base import Experiment
 from perfgrid.experiments.ring import IN_LOOP, OS_RING
-from perfgrid.stats import Bounds, Estimate, binomial_share, from_points, reduce
+from perfgrid.stats import Bounds, Estimate, Share, binomial_share, from_points, reduce
 
 _SOURCE = ("seed E5 b (004_cee54dc8e5b26200.txt), 1000 rings of 100 Erlang processes, "
            "8 cores (2x quad Xeon E5450)")
@@ -164,19 +163,6 @@ def _split(row: pd.Series) -> str:
                       for what in ("user", "sys", "idle"))
 
 
-def _all_of(parts: list[Claim], measured: str) -> Claim:
-    """A compound claim, decided by :func:`~perfgrid.analysis.all_of` of its parts. The
-    figures (value, interval, threshold) are those of the first part; ``measured`` shows
-    them all."""
-    verdict = all_of([c.verdict for c in parts])
-    first = parts[0]
-    return Claim(first.experiment, first.hypothesis, first.criterion, measured, verdict,
-                 first.runtime, "; ".join(f"part {i + 1}: {c.reason}"
-                                           for i, c in enumerate(parts)),
-                 first.value, first.ci_low, first.ci_high, first.op, first.threshold,
-                 first.unit, level=first.level, points=points_of(parts))
-
-
 def claims(table: pd.DataFrame, experiment: Experiment) -> list[Claim]:
     """Binding cuts the cost of passing; the pipe ring is kernel time; no kernel is faster.
 
@@ -232,7 +218,7 @@ def claims(table: pd.DataFrame, experiment: Experiment) -> list[Claim]:
             if len(table) else table)
     if not rows.empty:
         shares = _sys_shares(rows)
-        out.append(judged(name, hyp, crit, median_of(shares), ">=", MOSTLY_SYS,
+        out.append(judged(name, hyp, crit, Share(median_of(shares)), ">=", MOSTLY_SYS,
                           f"median sys share over {len(rows)} point(s), {_range(shares)}",
                           runtime="native", unit="", spec=".3f"))
     else:
@@ -259,7 +245,7 @@ def claims(table: pd.DataFrame, experiment: Experiment) -> list[Claim]:
         sides = {label: {"variant": row["variant"], "binding": row["binding"],
                          "workers": row["workers"]}
                  for label, row in ((str(best["variant"]), best), ("thread", thread))}
-        out.append(replace(_all_of(parts, (
+        out.append(replace(compound(parts, (
             f"messages/s {speed.show(unit='x')} the {int(thread['workers'])}-thread ring (best: "
             f"{best['variant']}, {best['binding']}); sys share {sys_ratio.show(unit='x')} the "
             f"thread ring's ({best_sys.value:.0%} vs {thread_sys.value:.0%})")),
@@ -277,7 +263,7 @@ def claims(table: pd.DataFrame, experiment: Experiment) -> list[Claim]:
         if not many.empty:
             shares = _sys_shares(many)
             fastest, _ = _best(many)
-            out.append(judged(name, hyp, crit, median_of(shares), "<", ERLANG_MOSTLY_USER,
+            out.append(judged(name, hyp, crit, Share(median_of(shares)), "<", ERLANG_MOSTLY_USER,
                               f"median sys share over {len(many)} point(s), {_range(shares)}; "
                               f"{_split(fastest)} at the fastest ({int(fastest['workers'])} "
                               f"schedulers, {fastest['binding']}, {fastest['rate']:,.0f} "

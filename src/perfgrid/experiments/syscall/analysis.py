@@ -13,14 +13,13 @@ from perfgrid.analysis import (
     INTERVAL_BARS,
     TICKS_PER_S,
     Claim,
-    all_of,
+    compound,
     inconclusive,
     interval_rows,
     judged,
     observed_estimate,
     palette_for,
     plot_setup,
-    points_of,
     points_of_rows,
     rate_at,
     save,
@@ -145,19 +144,6 @@ def user_share(process: dict) -> float:
     quantities on the log scale, and a vDSO call's sys share may be exactly zero.
     """
     return 1.0 - float(process["sys_share"])
-
-
-def _both(sides: list[Claim], measured: str) -> Claim:
-    """One claim from a criterion judged on each of its sides, decided by
-    :func:`~perfgrid.analysis.all_of`.
-
-    The value and interval fields are those of the side that decided (the weakest)."""
-    rank = {"not reproduced": 0, "inconclusive": 1, "at the threshold": 2, "reproduced": 3}
-    weakest = min(sides, key=lambda c: rank[c.verdict])
-    return replace(weakest, verdict=all_of([c.verdict for c in sides]), measured=measured,
-                   points=points_of(sides),
-                   reason="; ".join(f"{side}: {c.reason}" for side, c in
-                                    zip(("clock_gettime", "getuid"), sides, strict=True)))
 
 
 def claims(table: pd.DataFrame, experiment: Experiment) -> list[Claim]:
@@ -300,9 +286,10 @@ def _shares(clock: pd.DataFrame, uid: pd.DataFrame, hyp: str, why_not: str,
     sides = [judged(name, hyp, crit, clock_user, ">", 1 - VDSO_SYS, "", "native", "", ".1%"),
              judged(name, hyp, crit, uid_sys, ">", VDSO_SYS, "", "native", "", ".1%")]
     speed = float(clock["rate"].max()) / float(uid["rate"].max())
-    claim = _both(sides, f"clock_gettime user share {clock_user.show('.1%')} (sys "
+    claim = compound(sides, f"clock_gettime user share {clock_user.show('.1%')} (sys "
                          f"{1 - clock_user.value:.1%}) vs getuid sys share "
-                         f"{uid_sys.show('.1%')}; {speed:.1f}x the getuid rate")
+                         f"{uid_sys.show('.1%')}; {speed:.1f}x the getuid rate",
+                     ("clock_gettime", "getuid"))
     bases = [p.reason for p in (clock_user, uid_sys)
              if p.method == METHOD_BINOMIAL]
     notes = "; ".join([*bases, f"judged by CPU-time shares: no syscall count ({why_not})"])
@@ -353,10 +340,11 @@ def vdso_claim(table: pd.DataFrame, name: str) -> Claim:
         shares = (f"; CPU in the kernel: clock_gettime {clock_sys.value:.1%}, getuid "
                   f"{uid_sys.value:.1%}")
     speed = float(clock["rate"].max()) / float(uid["rate"].max())
-    claim = _both(sides, f"syscalls per call: clock_gettime {clock_count.show('.4g')} "
+    claim = compound(sides, f"syscalls per call: clock_gettime {clock_count.show('.4g')} "
                          f"({_counted_calls(clock_count)}) vs getuid {uid_count.show('.4g')} "
                          f"({_counted_calls(uid_count)}){shares}; {speed:.1f}x the getuid "
-                         f"rate")
+                         f"rate",
+                     ("clock_gettime", "getuid"))
     return replace(claim, reason=f"{claim.reason}; {scope}", why=because)
 
 

@@ -1,0 +1,234 @@
+"""``perfgrid aa RUN_A RUN_B``: two runs of one commit judged claim by claim on their
+estimates. Claims tables are made up: each claim's interval is ``value * exp(+-z s)`` at
+its level, so its standard error on the log scale is ``s`` and every p-value is known."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from scipy.stats import norm
+
+from perfgrid import aa, archive, betweenrun, cli
+from perfgrid.analysis import Claim
+from perfgrid.report.claims import write_claims
+
+from synthetic import result_folder
+
+S = 0.05  # each claim's standard error on the log scale, unless a test says otherwise
+
+
+@pytest.fixture(autouse=True)
+def no_between_run(monkeypatch):
+    """No between-run component unless a test sets one (recorded runs may ship one)."""
+    monkeypatch.setattr(betweenrun, "tau", lambda experiment: 0.0)
+
+
+def row(n: int, value: float = 1.5, verdict: str = "reproduced", s: float = S,
+        level: float = 0.95, experiment: str = "file_read", **fields) -> dict:
+    """Claim ``n``'s row: ``value`` with its interval at ``level`` of standard error ``s``."""
+    z = norm.ppf(0.5 + level / 2)
+    low, high = (value * math.exp(-z * s), value * math.exp(z * s)) if s else (math.nan,) * 2
+    claim = Claim(experiment, f"claim {n}", "ratio >= 1.2", f"{value:.2f}x", verdict,
+                  "python", "made up", value, low, high, ">=", 1.2, "x", level=level)
+    return {**claim.as_row(), **fields}
+
+
+def frame(*rows: dict) -> pd.DataFrame:
+    return pd.DataFrame(list(rows))
+
+
+def run_of(n: int, **changed: dict) -> pd.DataFrame:
+    """``n`` claims, all 1.5x reproduced; ``changed`` maps claim index -> row fields."""
+    return frame(*(row(i, **changed.get(str(i), {})) for i in range(n)))
+
+
+def test_a_run_against_itself_flags_nothing_and_reads_the_same():
+    a = run_of(38)
+    table = aa.judge(a, a.copy())
+    assert aa.counts(table) == {"compared": 38, "differ": 0, "contradictions": 0,
+                                "tested": 38, "flagged": 0, "only_a": 0, "only_b": 0}
+    assert (table["d"] == 0).all() and (table["p"] == 1).all()
+    assert set(table["estimate_test"]) == {"not flagged"}
+    assert aa.summary(table).splitlines() == [
+        "38 claims compared: 0 readings differ, 0 contradictions (reproduced against not "
+        "reproduced), 0 of 38 with both estimates flagged by Benjamini-Hochberg at q = 0.05; "
+        "0 claims only in A, 0 only in B"]
+
+
+def test_a_claim_shifted_far_beyond_both_intervals_is_flagged():
+    a = run_of(10)
+    b = run_of(10, **{"3": {"value": 1.5 * 1.4}})  # intervals of about +-10 %: 40 % apart
+    table = aa.judge(a, b)
+    flagged = table[table["flagged"].eq(True)]
+    assert flagged["hypothesis"].tolist() == ["claim 3"]
+    got = flagged.iloc[0]
+    assert got["d"] == pytest.approx(-math.log(1.4))
+    assert got["se"] == pytest.approx(math.sqrt(2) * S)
+    assert got["p"] == pytest.approx(2 * norm.sf(math.log(1.4) / (math.sqrt(2) * S)))
+    assert not got["readings_differ"] and aa.counts(table)["flagged"] == 1
+    assert "flagged: file_read [python] claim 3: A reproduced 1.5x [" in aa.summary(table)
+
+
+def test_contradictions_are_counted_apart_from_readings_that_differ():
+    a = run_of(4)
+    b = run_of(4, **{"0": {"value": 0.9, "verdict": "not reproduced"},
+                     "1": {"value": 1.25, "verdict": "inconclusive"},
+                     "2": {"verdict": "at the threshold"}})
+    table = aa.judge(a, b).set_index("hypothesis")
+    assert table["contradiction"].tolist() == [True, False, False, False]
+    assert table["readings_differ"].tolist() == [True, True, True, False]
+    counts = aa.counts(table.reset_index())
+    assert (counts["differ"], counts["contradictions"]) == (3, 1)
+    text = aa.summary(table.reset_index())
+    assert "3 readings differ, 1 contradictions" in text
+    assert "flagged, contradiction, reading differs: file_read [python] claim 0" in text
+
+
+def test_benjamini_hochberg_is_applied_over_every_claim_with_both_estimates():
+    """One claim at p = 0.03 alone is flagged; among ten claims, nine of them equal, its
+    adjusted p is 0.03 * 10 = 0.3: not flagged."""
+    d = math.sqrt(2) * S * norm.isf(0.015)  # p = 0.03 exactly
+    shifted = {"0": {"value": 1.5 * math.exp(d)}}
+    alone = aa.judge(run_of(1), run_of(1, **shifted))
+    assert alone["p"].iloc[0] == pytest.approx(0.03) and bool(alone["flagged"].iloc[0])
+    among = aa.judge(run_of(10), run_of(10, **shifted))
+    first = among.iloc[0]
+    assert first["p"] == pytest.approx(0.03) and first["p"] < 0.05
+    assert first["q"] == pytest.approx(0.3) and not first["flagged"]
+    assert first["estimate_test"] == "not flagged" and aa.counts(among)["flagged"] == 0
+
+
+def test_a_between_run_component_widens_the_test_and_flags_less(monkeypatch):
+    a = run_of(6, **{str(i): {"s": 0.03} for i in range(6)})
+    b = run_of(6, **{str(i): {"s": 0.03, "value": 1.5 * math.exp(0.2)} for i in range(3)},
+               **{str(i): {"s": 0.03} for i in range(3, 6)})
+    assert aa.counts(aa.judge(a, b))["flagged"] == 3
+    asked = []
+    monkeypatch.setattr(betweenrun, "tau", lambda e: asked.append(e) or 0.2)
+    table = aa.judge(a, b)
+    assert aa.counts(table)["flagged"] == 0 and set(asked) == {"file_read"}
+    assert table["se"].iloc[0] == pytest.approx(math.sqrt(2 * 0.03**2 + 2 * 0.2**2))
+    assert (table["tau"] == 0.2).all()
+
+
+def test_the_between_run_part_an_interval_already_holds_is_counted_once(monkeypatch):
+    """A claim's interval widened by tau (its tau column, stats.Widened) gives back its
+    inner standard error, and tau is then added once per run: not twice."""
+    tau, inner, z = 0.04, 0.03, norm.ppf(0.975)
+    side = math.sqrt((z * inner) ** 2 + (z * tau) ** 2)
+    held = {"ci_low": 1.5 * math.exp(-side), "ci_high": 1.5 * math.exp(side), "tau": tau}
+    assert aa.within_se(pd.Series(row(0, **held)))[0] == pytest.approx(inner)
+    monkeypatch.setattr(betweenrun, "tau", lambda e: tau)
+    table = aa.judge(frame(row(0, **held)), frame(row(0, value=1.6, **{
+        **held, "ci_low": 1.6 * math.exp(-side), "ci_high": 1.6 * math.exp(side)})))
+    assert table["se"].iloc[0] == pytest.approx(math.sqrt(2 * inner**2 + 2 * tau**2))
+
+
+def test_each_run_s_interval_is_read_at_its_own_level():
+    a = frame(row(0, level=0.99))
+    b = frame(row(0, value=1.6, level=0.95))
+    got = aa.judge(a, b).iloc[0]
+    assert got["se"] == pytest.approx(math.sqrt(2) * S)
+    assert (got["level_a"], got["level_b"]) == (0.99, 0.95)
+
+
+def test_claims_without_an_interval_have_their_reading_compared_and_no_test():
+    a = frame(row(0), row(1, s=0), row(2, value=math.nan, verdict="inconclusive", s=0))
+    b = frame(row(0), row(1, verdict="not reproduced", value=1.0), row(2, s=0))
+    table = aa.judge(a, b).set_index("hypothesis")
+    assert table.loc["claim 0", "estimate_test"] == "not flagged"
+    assert table.loc["claim 1", "estimate_test"] == "n/a: no interval in A"
+    assert table.loc["claim 2", "estimate_test"] == "n/a: no estimate in A and no interval in B"
+    assert bool(table.loc["claim 1", "contradiction"]) and math.isnan(table.loc["claim 1", "p"])
+    counts = aa.counts(table.reset_index())
+    assert (counts["compared"], counts["tested"], counts["contradictions"]) == (3, 1, 1)
+
+
+def test_claims_of_one_run_only_are_listed_apart():
+    a = frame(row(0), row(1), row(2))
+    b = frame(row(0), row(2), row(3, value=2.0), row(1, criterion="ratio >= 1.5"))
+    table = aa.judge(a, b)
+    assert table["present"].tolist() == ["both", "only in A", "both", "only in B",
+                                         "only in B"]
+    assert aa.counts(table) == {"compared": 2, "differ": 0, "contradictions": 0,
+                                "tested": 2, "flagged": 0, "only_a": 1, "only_b": 2}
+    text = aa.summary(table)
+    assert "1 claims only in A, 2 only in B" in text
+    assert "  only in A: file_read [python] claim 1 (ratio >= 1.2): reproduced 1.5x [" in text
+    assert "  only in B: file_read [python] claim 1 (ratio >= 1.5): reproduced" in text
+    assert "  only in B: file_read [python] claim 3 (ratio >= 1.2): reproduced 2x [" in text
+
+
+def test_a_claim_listed_twice_in_a_run_is_refused():
+    with pytest.raises(ValueError, match="run B: the claim file_read .python. 'claim 0'"):
+        aa.judge(frame(row(0)), frame(row(0), row(0)))
+
+
+# -- the command ------------------------------------------------------------------------
+def claims_folder(root: Path, rows: list[dict]) -> Path:
+    folder = root / "vm"
+    folder.mkdir(parents=True)
+    write_claims(pd.DataFrame(rows), folder / "claims.csv")
+    return folder
+
+
+def test_the_command_writes_the_table_prints_the_summary_and_exits_0(
+        tmp_path, monkeypatch, capsys):
+    a = claims_folder(tmp_path / "one", [row(i) for i in range(5)])
+    b = claims_folder(tmp_path / "two", [row(0, value=3.0), *(row(i) for i in range(1, 5))])
+    monkeypatch.chdir(tmp_path)
+    cli.main(["aa", str(a), str(b)])  # returns: exit status 0
+    out = capsys.readouterr().out
+    assert f"perfgrid aa: A = {a} (5 claims), B = {b} (5 claims)" in out
+    assert ("5 claims compared: 0 readings differ, 0 contradictions (reproduced against not "
+            "reproduced), 1 of 5 with both estimates flagged") in out
+    written = tmp_path / "results" / "compare" / "aa-vm-vm" / "aa.csv"
+    assert f"table written to {Path('results/compare/aa-vm-vm/aa.csv')}" in out
+    table = pd.read_csv(written)
+    assert list(table.columns) == aa.COLUMNS and len(table) == 5
+    assert table["flagged"].tolist() == [True, False, False, False, False]
+    assert not list(written.parent.glob(".*"))  # no temporary file left beside it
+
+
+def test_a_folder_without_claims_csv_is_named_and_the_command_fails(tmp_path, capsys):
+    good = claims_folder(tmp_path / "one", [row(0)])
+    empty = tmp_path / "two" / "vm"
+    empty.mkdir(parents=True)
+    for args, named in (([str(good), str(empty)], f"{empty}: no claims.csv in this folder"),
+                        ([str(tmp_path / "nowhere"), str(good)],
+                         f"{tmp_path / 'nowhere'}: no such result folder or archive")):
+        with pytest.raises(SystemExit) as exited:
+            cli.main(["aa", *args, "--out", str(tmp_path / "out")])
+        err = capsys.readouterr().err
+        assert exited.value.code == 1 and err.startswith(f"perfgrid aa: {named}"), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_archive_is_read_as_compare_reads_one(tmp_path, capsys):
+    folder = result_folder(tmp_path / "made", "vm", 1.0)
+    write_claims(pd.DataFrame([row(i) for i in range(3)]), folder / "claims.csv")
+    packed = archive.create(folder, tmp_path / "perfgrid-vm-test.tar.gz")
+    copy = shutil.copytree(folder, tmp_path / "copy" / "vm")
+    cli.main(["aa", str(packed), str(copy), "--out", str(tmp_path / "out")])
+    assert "3 claims compared: 0 readings differ" in capsys.readouterr().out
+    (folder / "claims.csv").unlink()
+    bare = archive.create(folder, tmp_path / "perfgrid-bare.tar.gz")
+    with pytest.raises(ValueError, match=f"{bare}: its result folder results/vm/ holds no "
+                                         f"claims.csv"):
+        aa.main(str(bare), str(copy), tmp_path / "out2")
+
+
+def test_options_of_the_run_form_keep_two_arguments_for_snakemake(monkeypatch):
+    """``aa --label x A B`` is the run form with A B for snakemake; ``aa A B`` judges."""
+    called = []
+    monkeypatch.setattr(cli, "_aa", lambda args: called.append(("run", args.snakemake_args)))
+    monkeypatch.setattr(cli, "_aa_judge", lambda args: called.append(("judge", 0)))
+    cli.main(["aa", "--label", "x", "--", "all", "report"])
+    cli.main(["aa", "--", "--until", "table"])
+    cli.main(["aa", "results/a", "results/b"])
+    assert called == [("run", ["all", "report"]), ("run", ["--until", "table"]),
+                      ("judge", 0)]
