@@ -120,6 +120,28 @@ def tagged(marker: str, variable: str = "PERFGRID_KILLTEST") -> list[psutil.Proc
     return out
 
 
+def in_session(leader: int) -> list[psutil.Process]:
+    """The live (non-zombie) processes of the session that ``leader`` began.
+
+    Start what a test runs with ``start_new_session=True``: its pid is then the id of a
+    session that only the processes it starts join, and they stay in it when their parent
+    dies (an orphan keeps its session), so this finds the test's own processes, and only
+    those, without matching anything by name. The kernel does not give the id to a new
+    process while one of the session's members lives."""
+    out = []
+    for pid in psutil.pids():
+        try:
+            if os.getsid(pid) != leader:
+                continue
+            proc = psutil.Process(pid)
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                out.append(proc)
+        except (ProcessLookupError, PermissionError, psutil.NoSuchProcess,
+                psutil.AccessDenied):
+            continue
+    return out
+
+
 # -- the pipeline -----------------------------------------------------------------------
 def write_config(folder: Path, config: dict) -> Path:
     """``folder/config.yaml`` holding ``config``."""

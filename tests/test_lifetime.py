@@ -17,16 +17,19 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections import Counter
 
 import psutil
 import pytest
 
 from perfgrid import jobs, lifetime
 
-from helpers import REPO, need, still_alive_after
+from helpers import REPO, need, still_alive_after, wait_for
 
 SRC = REPO / "src" / "perfgrid"
 GONE_WITHIN_S = 10.0
+#: the name the kernel gives a process running this Python (``comm``: 15 characters)
+PYTHON = os.path.basename(sys.executable)[:15]
 
 
 def _wait_gone(pids: list[int]) -> list[int]:
@@ -42,31 +45,58 @@ def _describe(pids: list[int]) -> list[str]:
     return out
 
 
-def kill_job_and_check(script: str, names: tuple[str, ...], tmp_path, *args: str) -> list[str]:
-    """Run ``script`` (argv: tmp_path, ``args``) as a job; once a descendant named one of
-    ``names`` runs (and the job wrote ``tmp_path/ready``, if it writes one), SIGKILL the
-    job; return the names of the descendants seen (and assert they all went)."""
+def _family(job: subprocess.Popen) -> list[psutil.Process]:
+    """The job's live descendants (none once it is gone)."""
+    try:
+        found = psutil.Process(job.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    alive = []
+    for proc in found:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(proc)
+    return alive
+
+
+def _names(procs: list[psutil.Process]) -> Counter[str]:
+    """How many of ``procs`` run each program (by the name the kernel gives it)."""
+    out: Counter[str] = Counter()
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            out[proc.name()] += 1
+    return out
+
+
+def kill_job_and_check(script: str, family: dict[str, int], tmp_path, *args: str) -> list[str]:
+    """Run ``script`` (argv: tmp_path, ``args``) as a job; once its whole ``family`` runs
+    (program name -> how many of the job's descendants run it: the child and the children
+    the child starts in turn) and the job wrote ``tmp_path/ready``, if it writes one,
+    SIGKILL the job; return the names of the descendants seen (and assert they all went).
+
+    Waiting for the family, not for a while, means no grandchild is still to come when
+    the job is killed, on a machine however slow."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(REPO / "src"), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
     job = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), str(tmp_path), *args],
                            env=env, stderr=subprocess.PIPE, text=True)
     found: list[psutil.Process] = []
+    wants_ready = "ready" in script
+
+    def complete() -> bool:
+        nonlocal found
+        if job.poll() is not None:
+            pytest.fail(f"the job ended ({job.returncode}) before its family ran: "
+                        f"{job.stderr.read()[-2000:]}")
+        found = _family(job)
+        running = _names(found)
+        return (all(running[name] >= count for name, count in family.items())
+                and (not wants_ready or (tmp_path / "ready").exists()))
+
     try:
-        deadline = time.monotonic() + 60
-        wants_ready = "ready" in script
-        while not (any(p.name() in names for p in found)
-                   and (not wants_ready or (tmp_path / "ready").exists())):
-            if job.poll() is not None:
-                pytest.fail(f"the job ended ({job.returncode}) before its child ran: "
-                            f"{job.stderr.read()[-2000:]}")
-            assert time.monotonic() < deadline, f"no {names} child after 60 s"
-            time.sleep(0.05)
-            with contextlib.suppress(psutil.NoSuchProcess):
-                found = psutil.Process(job.pid).children(recursive=True)
-        time.sleep(0.3)  # let the child start its own children, if it has any
-        with contextlib.suppress(psutil.NoSuchProcess):
-            found = psutil.Process(job.pid).children(recursive=True)
-        seen = sorted({p.name() for p in found if p.is_running()})
+        assert wait_for(complete, 60), f"after 60 s the job runs {dict(_names(found))}, " \
+                                       f"not {family}"
+        seen = sorted(_names(found))
         pids = [p.pid for p in found]
         os.kill(job.pid, signal.SIGKILL)
         job.wait(10)
@@ -77,7 +107,7 @@ def kill_job_and_check(script: str, names: tuple[str, ...], tmp_path, *args: str
         if job.poll() is None:
             job.kill()
             job.wait()
-        for proc in found:  # a failed test must not leave its children behind
+        for proc in found:  # a failed test must not leave its own children behind
             with contextlib.suppress(psutil.NoSuchProcess):
                 proc.kill()
         job.stderr.close()
@@ -162,8 +192,8 @@ def test_killed_job_takes_dd_with_it(tmp_path):
     seen = kill_job_and_check("""
         from perfgrid.experiments import file_read
         file_read.dd_seconds("/dev/zero", 1)  # never ends
-        """, ("dd",), tmp_path)
-    assert "dd" in seen
+        """, {"dd": 1}, tmp_path)
+    assert seen == ["dd"]
 
 
 def test_killed_job_takes_fio_with_it(tmp_path):
@@ -177,8 +207,8 @@ def test_killed_job_takes_fio_with_it(tmp_path):
         data.write_bytes(b"x" * (1 << 20))
         cmd = file_read.fio_command(str(data), 4096, 2, "none", binding.plan("none", 2))
         file_read.fio_seconds(cmd + ["--time_based", "--runtime=120"])
-        """, ("fio",), tmp_path)
-    assert "fio" in seen
+        """, {"fio": 1}, tmp_path)
+    assert seen == ["fio"]
 
 
 def test_killed_job_takes_ab_with_it(tmp_path):
@@ -191,10 +221,10 @@ def test_killed_job_takes_ab_with_it(tmp_path):
             import sys
             from perfgrid.experiments.http import load
             load.run_ab(int(sys.argv[2]), 10, 2, False, 120)
-            """, ("ab",), tmp_path, str(silent.getsockname()[1]))
+            """, {"ab": 1}, tmp_path, str(silent.getsockname()[1]))
     finally:
         silent.close()
-    assert "ab" in seen
+    assert seen == ["ab"]
 
 
 def test_killed_job_takes_a_c_program_and_its_workers_with_it(tmp_path):
@@ -209,8 +239,8 @@ def test_killed_job_takes_a_c_program_and_its_workers_with_it(tmp_path):
         CPU = min(os.sched_getaffinity(0))
         lifetime.run_json(syscall.native_command({str(binary)!r}, "getuid", 10**12,
                                                  [[CPU], [CPU]]))
-        """, ("syscall",), tmp_path)
-    assert "syscall" in seen
+        """, {"syscall": 3}, tmp_path)  # the program and its two workers
+    assert seen == ["syscall"]
 
 
 def test_killed_job_takes_the_erlang_vm_with_it(tmp_path):
@@ -218,8 +248,8 @@ def test_killed_job_takes_the_erlang_vm_with_it(tmp_path):
     seen = kill_job_and_check("""
         from perfgrid import erlang
         erlang.run(["erl", "-noshell", "-eval", "timer:sleep(120000), halt()."], 300)
-        """, ("beam.smp",), tmp_path)
-    assert "beam.smp" in seen
+        """, {"beam.smp": 1, "erl_child_setup": 1}, tmp_path)
+    assert seen == ["beam.smp", "erl_child_setup"]
 
 
 def test_killed_job_takes_http_server_workers_with_it(tmp_path):
@@ -233,8 +263,8 @@ def test_killed_job_takes_http_server_workers_with_it(tmp_path):
         group = ServerGroup("asyncio", db, binding.plan("none", 2))
         open(sys.argv[1] + "/ready", "w").close()
         time.sleep(120)
-        """, ("python", "python3") + (os.path.basename(sys.executable),), tmp_path)
-    assert seen
+        """, {PYTHON: 2}, tmp_path)  # its two server workers (ServerGroup waits for them)
+    assert seen == [PYTHON]
 
 
 def test_killed_manager_takes_its_pyperf_worker_with_it(tmp_path):
@@ -247,6 +277,7 @@ def test_killed_manager_takes_its_pyperf_worker_with_it(tmp_path):
     manager = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     workers: list[psutil.Process] = []
+    family: list[psutil.Process] = []
     try:
         deadline = time.monotonic() + 60
         while not workers:
@@ -254,8 +285,8 @@ def test_killed_manager_takes_its_pyperf_worker_with_it(tmp_path):
             time.sleep(0.05)
             with contextlib.suppress(psutil.NoSuchProcess):
                 # the point manager starts a batch (a pyperf manager), which starts workers
-                workers = [p for p in psutil.Process(manager.pid).children(recursive=True)
-                           if "--worker" in p.cmdline()]
+                family = psutil.Process(manager.pid).children(recursive=True)
+                workers = [p for p in family if "--worker" in p.cmdline()]
         time.sleep(1.0)  # past its prctl, measuring
         assert manager.poll() is None, "the job ended before it could be killed"
         family = psutil.Process(manager.pid).children(recursive=True)
@@ -267,6 +298,6 @@ def test_killed_manager_takes_its_pyperf_worker_with_it(tmp_path):
         if manager.poll() is None:
             manager.kill()
             manager.wait()
-        for proc in workers:
+        for proc in family:  # all it started, not only those found as workers
             with contextlib.suppress(psutil.NoSuchProcess):
                 proc.kill()

@@ -8,13 +8,12 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -25,7 +24,7 @@ import yaml
 
 from perfgrid import atomic, counters, noise
 
-from helpers import REPO, SNAKEMAKE, write_config
+from helpers import REPO, SNAKEMAKE, in_session, wait_for, write_config
 
 pytestmark = pytest.mark.pipeline
 
@@ -100,20 +99,15 @@ def wait_for_results(workdir: Path, count: int, proc: subprocess.Popen, timeout:
         time.sleep(0.2)
 
 
-def bench_processes() -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        cmd = proc.info["cmdline"] or []
-        if any("perfgrid.bench" in part for part in cmd) and "rel" in " ".join(cmd):
-            found.append(proc)
-    return found
-
-
-def assert_no_orphans(grace: float = 10.0) -> None:
-    deadline = time.monotonic() + grace
-    while bench_processes() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert bench_processes() == []
+def assert_no_orphans(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """Nothing that the test's Snakemake (``proc``, ended) started is still running: no
+    process is left in its session (:func:`helpers.in_session`), orphans included."""
+    assert proc.poll() is not None, "Snakemake is still running"
+    left = in_session(proc.pid)
+    if left:
+        wait_for(lambda: not in_session(proc.pid), grace)
+        left = in_session(proc.pid)
+    assert left == [], [p.pid for p in left]
 
 
 def assert_complete(workdir: Path) -> None:
@@ -130,19 +124,115 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def benchmark_jobs() -> list[psutil.Process]:
-    """The benchmark jobs Snakemake started (not the pyperf workers they start)."""
-    return [p for p in bench_processes() if "--worker" not in p.cmdline()]
+def _stdout(proc: psutil.Process) -> str | None:
+    """Where ``proc``'s standard output goes (a path, ``pipe:[...]``), None if unknown."""
+    try:
+        return os.readlink(f"/proc/{proc.pid}/fd/1")
+    except OSError:
+        return None
 
 
-def kill_jobs_until_snakemake_stops(proc: subprocess.Popen, timeout: float = 180) -> str:
+def point_log(workdir: Path, target: str | None) -> Path | None:
+    """``target`` if it is the log of one of ``workdir``'s benchmark points
+    (``results/rel/logs/file_read/<axis>=<value>/...log``), else None."""
+    logs = workdir / "results" / "rel" / "logs"
+    if not target or not target.endswith(".log"):
+        return None
+    path = Path(target)
+    if not path.is_relative_to(logs):
+        return None
+    parts = path.relative_to(logs).parts
+    if parts[0] != "file_read" or len(parts) < 3 or not all("=" in p for p in parts[1:]):
+        return None
+    return path
+
+
+def benchmark_jobs(proc: subprocess.Popen, workdir: Path) -> dict[int, Path]:
+    """The benchmark jobs the test's Snakemake (``proc``) runs now, pid -> the point's log:
+    in Snakemake's session, each the topmost process whose output goes to a point's log
+    (the shell above it writes to Snakemake, the batches and workers below it to the same
+    log). Found by what the test itself started, never by a program's name."""
+    members = in_session(proc.pid)
+    writes = {p.pid: point_log(workdir, _stdout(p)) for p in members}
+    jobs = {}
+    for member in members:
+        log = writes[member.pid]
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if log is not None and writes.get(member.ppid()) != log:
+                jobs[member.pid] = log
+    return jobs
+
+
+def result_of(workdir: Path, log: Path) -> Path:
+    """The result file of the point whose log is ``log`` (its twin under ``raw/``)."""
+    logs = workdir / "results" / "rel" / "logs"
+    return (workdir / "results" / "rel" / "raw" / log.relative_to(logs)).with_suffix(".json")
+
+
+def _family(pid: int) -> list[psutil.Process]:
+    """``pid``'s process and its live descendants."""
+    with contextlib.suppress(psutil.NoSuchProcess):
+        top = psutil.Process(pid)
+        return [top, *top.children(recursive=True)]
+    return []
+
+
+def _suspend(pid: int) -> list[psutil.Process]:
+    """SIGSTOP ``pid`` and every descendant, until none is left running (a child started
+    while its parent was being stopped is stopped too); the processes stopped."""
+    held: dict[int, psutil.Process] = {}
+    while new := [p for p in _family(pid) if p.pid not in held]:
+        for member in new:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                member.suspend()
+                held[member.pid] = member
+
+    def stopped() -> bool:
+        for member in held.values():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                if member.status() not in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE):
+                    return False
+        return True
+
+    assert wait_for(stopped, 10), "a held job did not stop"
+    return list(held.values())
+
+
+def resume(held: list[psutil.Process]) -> None:
+    """SIGCONT what :func:`hold_a_benchmark_job` stopped (those still there)."""
+    for member in held:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            member.resume()
+
+
+def hold_a_benchmark_job(proc: subprocess.Popen, workdir: Path,
+                         timeout: float = 240) -> tuple[Path, list[psutil.Process]]:
+    """Stop (SIGSTOP) the next benchmark job whose point has no result yet, with all it
+    started; (its log, the processes stopped). One benchmark job runs at a time (resource
+    ``bench=1``), so while it is held no point can be finished: what the test does next
+    meets a run in a known state, however slow the machine. A job caught after writing
+    its result is let go, and the next one held."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for pid, log in benchmark_jobs(proc, workdir).items():
+            held = _suspend(pid)
+            if not result_of(workdir, log).exists():
+                return log, held
+            resume(held)
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        assert time.monotonic() < deadline, "no benchmark job without a result to hold"
+        time.sleep(0.02)
+
+
+def kill_jobs_until_snakemake_stops(proc: subprocess.Popen, workdir: Path,
+                                    timeout: float = 180) -> str:
     """Kill every benchmark job that starts until Snakemake gives up: a failed job runs
     once more (the rules' retries), so one kill no longer stops a run."""
     deadline = time.monotonic() + timeout
     while True:
-        for job in benchmark_jobs():
-            with contextlib.suppress(psutil.NoSuchProcess):
-                job.kill()
+        for pid in benchmark_jobs(proc, workdir):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         try:
             out, _ = proc.communicate(timeout=0.05)  # retried on timeout, nothing lost
             return out
@@ -150,43 +240,74 @@ def kill_jobs_until_snakemake_stops(proc: subprocess.Popen, timeout: float = 180
             assert time.monotonic() < deadline, "Snakemake went on after every job was killed"
 
 
+@contextlib.contextmanager
+def stopped_on_failure(proc: subprocess.Popen) -> Iterator[None]:
+    """On a failure inside, end what the test started (Snakemake's session, held jobs
+    included: SIGKILL ends a stopped process too), so nothing it started outlives it."""
+    try:
+        yield
+    except BaseException:
+        for member in in_session(proc.pid):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                member.kill()
+        proc.kill()
+        proc.communicate(timeout=60)
+        raise
+
+
 def test_a_killed_benchmark_job_runs_once_more_and_the_run_completes(workdir):
     proc = start(workdir, "--cores", "2")
-    deadline = time.monotonic() + 120
-    while not (jobs := benchmark_jobs()):
-        assert proc.poll() is None and time.monotonic() < deadline, "no benchmark job started"
-        time.sleep(0.05)
-    jobs[0].kill()
-    out, _ = proc.communicate(timeout=600)
+    with stopped_on_failure(proc):
+        _, held = hold_a_benchmark_job(proc, workdir)  # so it cannot end before it is killed
+        held[0].kill()  # the job; what it started dies with it (perfgrid.lifetime)
+        resume(held)
+        out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out[-3000:]
     assert "Trying to restart job" in out
     assert_complete(workdir)
-    assert_no_orphans()
+    assert_no_orphans(proc)
+
+
+def _interrupt(proc: subprocess.Popen, workdir: Path, how: str,
+               held: list[psutil.Process]) -> None:
+    """Interrupt the run ``how``, with a benchmark job ``held``; return once Snakemake ended."""
+    if how == "sigint":
+        proc.send_signal(signal.SIGINT)
+        # Snakemake reacts to Ctrl-C while the job is held (so the run cannot end first),
+        # and ends; or it waits for its jobs, and the held one must go on to end
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=10)
+        resume(held)
+        if proc.returncode is None:
+            proc.communicate(timeout=120)
+    elif how == "sigkill_snakemake":
+        proc.kill()
+        proc.wait(timeout=60)
+        resume(held)  # its harness finds Snakemake gone, and ends its own processes
+        proc.communicate(timeout=120)  # the output pipe closes once they have ended
+    else:
+        kill_jobs_until_snakemake_stops(proc, workdir)
+        resume(held)
 
 
 @pytest.mark.parametrize("how", ["sigint", "sigkill_snakemake", "sigkill_job"])
 def test_interrupted_run_resumes_with_nothing_lost(workdir, how):
-    for _attempt in range(5):  # on a loaded machine a Ctrl-C can come after the last point
-        proc = start(workdir, "--cores", "2")
+    """Interrupted with at least two points recorded and two not yet measured: a benchmark
+    job is held (stopped) from before the interrupt until Snakemake has reacted to it, so
+    the run cannot finish first, and no rerun is needed to get past a race."""
+    proc = start(workdir, "--cores", "2")
+    with stopped_on_failure(proc):
         wait_for_results(workdir, 2, proc, found=recorded)
-        # results Snakemake had recorded as complete before the interrupt (it may record
-        # more before the signal lands: those are not asserted on)
+        _, held = hold_a_benchmark_job(proc, workdir)
+        # results Snakemake had recorded as complete before the interrupt: nothing can be
+        # recorded while the job is held
         done_before = {p: p.stat().st_mtime_ns for p in recorded(workdir)}
-        if how == "sigint":
-            proc.send_signal(signal.SIGINT)
-            proc.communicate(timeout=120)
-        elif how == "sigkill_snakemake":
-            proc.kill()
-            proc.communicate(timeout=120)
-        else:
-            kill_jobs_until_snakemake_stops(proc)
-        assert_no_orphans()
-        if len(results(workdir)) < POINTS:
-            break
-        for folder in ("results", ".snakemake"):  # it all finished first: interrupt again
-            shutil.rmtree(workdir / folder, ignore_errors=True)
+        assert len(done_before) >= 2
+        waiting = POINTS - len(results(workdir)) - 1  # besides the held one
+        assert waiting >= 1, f"the run measured {POINTS - 1} points before one was held"
+        _interrupt(proc, workdir, how, held)
+    assert_no_orphans(proc)
     assert 2 <= len(results(workdir)) < POINTS
-    assert len(done_before) >= 2
     if how == "sigkill_snakemake":  # a killed Snakemake leaves its lock behind
         finish(workdir, "--unlock")
     finish(workdir)

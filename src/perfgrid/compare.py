@@ -29,7 +29,7 @@ import pandas as pd
 import pyperf
 from scipy import stats as sps
 
-from perfgrid import aggregate, analysis, archive, experiments, stats
+from perfgrid import aggregate, analysis, archive, experiments, looks, stats
 from perfgrid.analysis import literal, plot_setup, save
 from perfgrid.atomic import write_text
 from perfgrid.paths import every_table
@@ -75,18 +75,48 @@ def welch(groups_a: list[list[float]], groups_b: list[list[float]]) -> tuple[flo
     return float(sps.ttest_ind(ub, ua, equal_var=False).pvalue), what
 
 
-def _groups(path: str) -> tuple[list[list[float]], float]:
-    """Per-process times of one point: its result file, or its folder of rounds."""
+def _load(file: Path) -> pyperf.Benchmark:
+    """One round's pyperf result; a file that is not one is an error naming it and why."""
+    try:
+        return pyperf.Benchmark.load(str(file))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        cause = str(err) or type(err).__name__
+        raise ValueError(f"{file}: not a readable pyperf result ({cause})") from None
+
+
+def _is_note(file: Path) -> bool:
+    """Whether ``file`` is the note of a round let go (by a look or the time budget,
+    :func:`perfgrid.looks.not_measured`) that the pipeline writes where a result would be."""
+    try:
+        return looks.not_measured(file) is not None
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{file}: cannot be read ({err})") from None
+
+
+def _groups(path: str, let_go: list[str] | None = None) -> tuple[list[list[float]], float]:
+    """Per-process times of one point: its result file, or its folder of rounds.
+
+    Rounds that were let go left a note in their result's place: those are not results,
+    and are left out (appended to ``let_go``), as the table that lists the point left
+    them out. A point whose every file is such a note is an error naming it.
+    """
     files = sorted(Path(path).glob("round=*.json")) if Path(path).is_dir() else [Path(path)]
     if not files:
         raise ValueError(f"{path}: no round=*.json results in this point's folder")
+    notes = [file for file in files if _is_note(file)]
+    measured = [file for file in files if file not in notes]
+    if not measured:
+        raise ValueError(f"{path}: every round of this point was let go (not measured), "
+                         f"yet a table lists it as measured")
+    if let_go is not None:
+        let_go += [str(file) for file in notes]
     groups: list[list[float]] = []
-    for file in files:
-        bench = pyperf.Benchmark.load(str(file))
+    for file in measured:
+        bench = _load(file)
         groups += aggregate.process_values(bench)
     work = bench.get_metadata().get("perfgrid_work_per_loop")
     if work is None:
-        raise ValueError(f"{files[-1]}: no perfgrid_work_per_loop in its metadata "
+        raise ValueError(f"{measured[-1]}: no perfgrid_work_per_loop in its metadata "
                          f"(not a perfgrid result)")
     return groups, float(work)
 
@@ -103,12 +133,15 @@ def read_table(root: Path, name: str) -> pd.DataFrame:
 
 
 def compare_experiment(name: str, a: Path, b: Path,
-                       tables: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> pd.DataFrame:
+                       tables: tuple[pd.DataFrame, pd.DataFrame] | None = None,
+                       let_go: dict[str, list[str]] | None = None) -> pd.DataFrame:
     """One row per grid point measured in both result sets (q filled in by :func:`adjust`).
 
     Rate, interval and p-value all come from the raw results; a table whose ``rate`` is
-    not the one those give is refused, naming the table and the point.
+    not the one those give is refused, naming the table and the point. The notes of
+    rounds let go, left out, are appended to ``let_go["a"]`` and ``let_go["b"]``.
     """
+    let_go = let_go if let_go is not None else {"a": [], "b": []}
     axes = list(experiments.get(name).axes)
     ta, tb = tables or (read_table(a, name), read_table(b, name))
     keep = table_columns(name)
@@ -116,7 +149,8 @@ def compare_experiment(name: str, a: Path, b: Path,
     rows = []
     for _, row in merged.iterrows():
         path_a, path_b = _local(a, row["result_file_a"]), _local(b, row["result_file_b"])
-        (groups_a, work_a), (groups_b, work_b) = _groups(path_a), _groups(path_b)
+        groups_a, work_a = _groups(path_a, let_go.setdefault("a", []))
+        groups_b, work_b = _groups(path_b, let_go.setdefault("b", []))
         point = aggregate.point_name(row, axes + ["runtime"])
         for root, side, groups, work in ((a, "a", groups_a, work_a), (b, "b", groups_b, work_b)):
             aggregate.check_rate(row[f"rate_{side}"], groups, work,
@@ -203,7 +237,8 @@ def compare(a_src: str, b_src: str, out_dir: Path) -> dict[str, Any]:
         names = [n for n in experiments.available()
                  if (a / "tables" / f"{n}.csv").exists() and (b / "tables" / f"{n}.csv").exists()]
         read = {n: (read_table(a, n), read_table(b, n)) for n in names}
-        tables = adjust({n: compare_experiment(n, a, b, read[n]) for n in names})
+        let_go: dict[str, list[str]] = {"a": [], "b": []}
+        tables = adjust({n: compare_experiment(n, a, b, read[n], let_go) for n in names})
         changes = verdict_changes(a, b, names, read)
     label_a, label_b = a.name, b.name
     points = pd.concat([t.assign(experiment=n) for n, t in tables.items() if len(t)]) \
@@ -213,6 +248,9 @@ def compare(a_src: str, b_src: str, out_dir: Path) -> dict[str, Any]:
     headline = (f"{n_sig} of {n_test} testable points differ significantly "
                 f"(Benjamini-Hochberg q <= {Q}); {len(points)} points compared; "
                 f"{len(changes)} claims changed verdict.")
+    if let_go["a"] or let_go["b"]:
+        headline += (f" Rounds let go (not measured, by a look or the time budget) left out: "
+                     f"{len(let_go['a'])} in {label_a}, {len(let_go['b'])} in {label_b}.")
     intro = ("ratio_b_over_a > 1 means B is faster; [ratio_ci_low, ratio_ci_high] is its 95 % "
              "interval. Test: Welch's t on log per-process mean times (log values where a side "
              "has one process), p-values adjusted over all points by Benjamini-Hochberg.")
@@ -231,7 +269,7 @@ def compare(a_src: str, b_src: str, out_dir: Path) -> dict[str, Any]:
         "compare.html.j2", label_a=label_a, label_b=label_b, headline=headline, intro=intro,
         changes=changes, tables=list(tables.items())))
     return {"tables": tables, "changes": changes, "significant": n_sig, "testable": n_test,
-            "points": len(points)}
+            "points": len(points), "not_measured": {k: len(v) for k, v in let_go.items()}}
 
 
 def _ratio_plot(table: pd.DataFrame, label_a: str, label_b: str):
