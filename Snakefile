@@ -1,4 +1,4 @@
-# perfgrid: reproduce five classic runtime experiments on this machine.
+# perfgrid: six classic runtime experiments from five seed posts, run on this machine.
 # Run: snakemake --cores 16   (config/README.md describes every key)
 
 configfile: "config/config.yaml"

@@ -26,8 +26,8 @@ MAX_REMEASURES = 2
 #: to tell a quarter busy from idle; whether the measurement itself was disturbed is
 #: judged over its own window), the pause before looking again, and how many looks
 #: before giving up (about 3 s). Every job pays a look, about 1,500 times a full run:
-#: 0.25 s cost 6.5 minutes of the 90 (the run of 2d93450). A short look more often sees
-#: a moment's work between jobs (89 of 1,505 jobs in the run of d3ff1ab, 88 of them
+#: 0.25 s cost 6.5 minutes of the 90 in one full run. A short look more often sees
+#: a moment's work between jobs (89 of 1,505 jobs in one full run, 88 of them
 #: quiet at the second look, which came 1 s later then): so the pause is short too
 SAMPLE_S = 0.1
 PAUSE_S = 0.25

@@ -11,7 +11,7 @@ import time
 from perfgrid.paths import Layout
 
 #: the share of points done before the ETA is said: the first points finished are not a
-#: fair sample (run P's line said "at most about 370 min left" 4 min into a 60-min run)
+#: fair sample (a line said "at most about 370 min left" 4 min into a 60-min run)
 ETA_AFTER = 0.05
 
 

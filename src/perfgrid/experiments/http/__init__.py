@@ -131,7 +131,7 @@ SEED_LOAD = {"client": "ab", "keepalive": "off"}
 #: server, and Erlang, the seed's own; unbound and the bindings the claims read (the
 #: seed's spread; compact, Erlang's +sbt db). uvloop and the single-CPU binding are
 #: measured once, for the plots and the notes: no claim reads them, and their rounds
-#: took ~2 of the 90 minutes (the run of 9460c03)
+#: took ~2 of the 90 minutes of a full run
 CLAIM_LOAD = {**SEED_LOAD, "variant": ["asyncio", "erlang"],
               "binding": ["none", "spread", "compact"]}
 #: rounds of a Python claim point, rather than ``measure.claims.rounds``: three, as the

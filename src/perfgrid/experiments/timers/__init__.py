@@ -172,13 +172,13 @@ SEED_SCALE_CLAIMED = {**SEED_SCALE, "variant": ["uvloop", "erlang"]}
 #: rounds of a seed-scale claim point, by (variant, seeding), rather than
 #: ``measure.claims.rounds``: three of uvloop's storm with identical seeding (~65 s), four
 #: of Erlang's, which decide their wall-time claims (four gave intervals of +/- 0.4 %
-#: (uvloop, at the threshold of 1.10x) and +/- 1.5 % (Erlang, 1.18-1.21x) in the two runs
-#: of 25e85e7; in runs E and F of 1c82998 Erlang's three storms each read 1.17-1.25x, and
-#: F's interval at 2 df reached down to 1.09x); two of one with independent seeding
+#: (uvloop, at the threshold of 1.10x) and +/- 1.5 % (Erlang, 1.18-1.21x) in two full
+#: runs; with three, Erlang's storms each read 1.17-1.25x in two other runs, and one
+#: interval at 2 df reached down to 1.09x); two of one with independent seeding
 #: (100-140 s), which give its claims an interval: over three full runs the overhead share
 #: spread 7 points a storm (uvloop, mean 25 %: four rounds would decide it, ~4 min more)
-#: and 6 (Erlang, mean 12 %: not eight); three of Erlang's (~95 s each): runs P and Q read
-#: 7.2 % [2.2, 20.5] and 5.9 % [0.3, 54.3] of a 10 % threshold from two, with 1 df
+#: and 6 (Erlang, mean 12 %: not eight); three of Erlang's (~95 s each): two full runs
+#: read 7.2 % [2.2, 20.5] and 5.9 % [0.3, 54.3] of a 10 % threshold from two, with 1 df
 SEED_SCALE_ROUNDS = {("uvloop", "identical"): 3, ("erlang", "identical"): 4,
                      ("uvloop", "independent"): 2, ("erlang", "independent"): 3}
 
