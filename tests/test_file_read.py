@@ -5,10 +5,12 @@ import tempfile
 import threading
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import psutil
 import pytest
 
-from perfgrid import binding, pagecache, testfile
+from perfgrid import binding, pagecache, stats, testfile
 from perfgrid.experiments import file_read, get
 from perfgrid.experiments.file_read import analysis as fr_analysis
 
@@ -390,3 +392,35 @@ def test_dd_missing_leaves_every_claim_that_needs_it_inconclusive():
 def test_without_erlang_rows_only_the_python_claims_are_made():
     rows = [r for r in file_read_rows() if r["runtime"] != "erlang"]
     assert [c.runtime for c in file_read_claims(rows).values()] == ["python"] * 5
+
+
+def _rounds_row(variant: str, binding: str, seconds: list[float], **axes) -> dict:
+    """A warm 1 MiB row measured in one process per round, a second per value."""
+    return {"experiment": "file_read", "runtime": "python", "cache": "warm",
+            "variant": variant, "binding": binding, "block_size": MIB, "workers": 1,
+            "work_per_loop": 1.0, "rate": 1.0 / float(np.mean(seconds)),
+            "process_values": json.dumps([[s] for s in seconds]),
+            "process_rounds": json.dumps(list(range(1, len(seconds) + 1))), **axes}
+
+
+def test_a_best_of_rows_over_dd_is_paired_with_dd_round_by_round() -> None:
+    """Four bindings of the two readers, each round slowed with dd by the run's drift
+    (up to 40 %): each row's ratio to dd is paired round by round before the best-of
+    (analysis.best_ratio), so the drift cancels and the claim decides; the best rate
+    divided by dd after the best-of loses the pairing, and its interval straddles."""
+    from perfgrid.analysis import best_ratio, rate_at, rate_estimates, rows_where
+
+    drift = [1.0, 1.4, 0.8, 1.2, 0.9, 1.3]
+    rows = [_rounds_row("dd", "none", [d * (1 + 0.01 * (i % 2)) for i, d in enumerate(drift)])]
+    for k, bound in enumerate(("none", "single", "compact", "spread")):
+        rows.append(_rounds_row("pread_parallel", bound,
+                                [d / (1.8 + 0.05 * k) * (1 + 0.01 * ((i + k) % 3))
+                                 for i, d in enumerate(drift)], workers=2))
+    table = pd.DataFrame(rows)
+    dd = rate_at(table, variant="dd")
+    two = rows_where(table, variant="pread_parallel")
+    paired_first = best_ratio(two, dd)
+    after = stats.reduce(rate_estimates(two), np.max) / dd
+    low, high = paired_first.interval()
+    assert low > 1.5 and high < 2.2
+    assert after.interval()[0] < 1.5 < after.interval()[1]

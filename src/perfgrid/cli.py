@@ -191,6 +191,19 @@ def _aa_command(args: argparse.Namespace) -> None:
         _aa(args)
 
 
+def _pool(args: argparse.Namespace) -> None:
+    """``pool RUN RUN ...``: several runs of one machine pooled per claim (perfgrid.pooling)."""
+    from perfgrid import pooling
+
+    try:
+        result = pooling.main(args.runs, Path(args.out))
+    except ValueError as err:
+        raise SystemExit(f"perfgrid pool: {err}") from None
+    counts = ", ".join(f"{n} {v}" for v, n in sorted(result["counts"].items()))
+    print(f"perfgrid pool: {len(args.runs)} runs, {len(result['table'])} claims "
+          f"(seed and project: {counts}); written to {result['path']}")
+
+
 def _summary(args: argparse.Namespace) -> None:
     from perfgrid import compare
 
@@ -322,6 +335,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("-o", "--out", required=True, help="the site's folder (new, empty, or an "
                    "earlier gallery)")
     p.set_defaults(func=_gallery)
+
+    p = sub.add_parser("pool", help="pool two or more runs of one machine into one verdict per "
+                       "claim, runs as the unit (random effects; perfgrid.pooling)")
+    p.add_argument("runs", nargs="+", help="results/<host> folders or archives, one per run")
+    p.add_argument("--out", default="results/compare/pool", help="folder for pooled.csv")
+    p.set_defaults(func=_pool)
 
     p = sub.add_parser("aa", help="judge two runs of one commit claim by claim on their "
                        "estimates (aa RUN_A RUN_B, perfgrid.aa); or run one config twice "

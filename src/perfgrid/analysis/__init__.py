@@ -580,6 +580,14 @@ def rate_at(table, **where) -> Estimate | None:
     return reduce(rate_estimates(rows), np.max)
 
 
+def best_ratio(rows, den: Estimate, how=np.max) -> Estimate:
+    """``how`` (the best, by default) of each row's rate over ``den``: each ratio paired
+    with ``den`` round by round before the reduction (stats.reduce), so the drift a row
+    shares with its denominator cancels, where a best-of rates divided by ``den`` after
+    the reduction would lose that pairing and pay for it in width."""
+    return reduce([estimate / den for estimate in rate_estimates(rows)], how)
+
+
 def best_row(rows):
     """(the row with the highest rate, the best rate over the rows with its interval).
 
