@@ -410,3 +410,148 @@ def test_a_share_keeps_its_interval_within_zero_and_one() -> None:
     near_zero = _exact(0.01, 0.2)
     assert stats.Share(near_zero).interval() == pytest.approx(near_zero.interval(), rel=0.02)
     assert stats.Share(stats.binomial_share(0, 50)).interval()[0] == 0.0
+
+
+def test_a_paired_interval_is_exactly_the_t_interval_over_its_blocks() -> None:
+    """A quantity paired over rounds: ``exp(log value +- t(blocks - 1) * se)`` with the
+    standard error of the blocks' mean log, at every level, to 1e-9 (not the quantiles of
+    normal draws); a scale keeps it, and a ratio paired with another over the same rounds
+    is the t interval over the per-round log ratios."""
+    from scipy.stats import t as student
+
+    logs = [0.10, 0.02, 0.15, -0.03, 0.08]
+    quantity = _paired(logs)
+    se = float(np.std(logs, ddof=1)) / np.sqrt(len(logs))
+
+    def analytic(value: float, se: float, df: int, level: float) -> tuple[float, float]:
+        half = student.ppf(0.5 + level / 2, df) * se
+        return float(np.exp(np.log(value) - half)), float(np.exp(np.log(value) + half))
+
+    for level in (0.95, 0.90, 1 - 0.05 / 3):
+        assert quantity.interval(level) == pytest.approx(
+            analytic(quantity.value, se, 4, level), rel=1e-9, abs=0)
+    scaled = quantity * 2.5
+    assert scaled.interval() == pytest.approx(analytic(scaled.value, se, 4, 0.95),
+                                              rel=1e-9, abs=0)
+    other = [0.01, -0.02, 0.05, 0.00, 0.03]
+    ratio = quantity / _paired(other)
+    diffs = np.subtract(logs, other)
+    assert ratio.method == stats.METHOD_PAIRED
+    assert ratio.interval() == pytest.approx(
+        analytic(ratio.value, float(np.std(diffs, ddof=1)) / np.sqrt(5), 4, 0.95),
+        rel=1e-9, abs=0)
+    # combined with an estimate of no common rounds: replicate by replicate, as before
+    apart = quantity / stats.rate([[1.0, 1.02], [0.98, 1.01], [1.01, 0.99]], 1.0, seed=3)
+    assert apart.method != stats.METHOD_PAIRED and apart.has_interval
+
+
+def _rows_of(logs: list[list[float]]) -> list[stats.Estimate]:
+    return [_paired(row) for row in logs]
+
+
+#: six rows in the same six rounds: row 0 looks best in the first two (where the choice is
+#: made) and is below 1 after; row 1 is steadily at about 1.22, above 1 in every round
+_MISLED = [[0.30, 0.30, -0.10, -0.12, -0.08, -0.10],
+           [0.20, 0.18, 0.20, 0.22, 0.18, 0.21],
+           *([0.00 + d, -0.01, 0.01, 0.00, -0.02, 0.01] for d in (0.0, 0.01, -0.01, 0.02))]
+
+
+def test_a_chosen_best_of_reads_not_reproduced_only_with_the_bounds_over_all_rows() -> None:
+    """A best-of chosen on the first rounds (row 0, whose later rounds are below 1) bounds
+    the chosen row's truth, which is at most the best row's: its interval lies wholly below
+    1 while row 1's truth (about 1.22) clears it. "Not reproduced" for ``max >= 1`` needs
+    the simultaneous bounds over all rows below 1 too, so it reads inconclusive, and says
+    why; "reproduced" stays with the chosen row's lower end. Kept through a scale, a ratio
+    and the between-run widening; the least of rows mirrors it for ``<=``."""
+    rows = _rows_of(_MISLED)
+    best = stats.reduce(rows, np.max)
+    assert best.chosen == 0 and best.interval()[1] < 1.0
+    verdict, reason = stats.decide(best, ">=", 1.0)
+    assert verdict == "inconclusive", reason
+    assert "simultaneous bounds over all rows" in reason
+    assert stats.decide(best, ">=", 0.5)[0] == "reproduced"
+    assert stats.decide(best / 2.0, ">=", 0.5)[0] == "inconclusive"
+    assert stats.decide(stats.Widened(best, 0.01), ">=", 1.0)[0] == "inconclusive"
+    den = _paired([0.0, 0.01, -0.01, 0.0, 0.01, -0.01])
+    assert stats.decide(best / den, ">=", 1.0)[0] == "inconclusive"
+    # the other way round: one over a best-of bounds its truth from above only
+    assert stats.decide(1.0 / best, "<=", 1.0)[0] == "inconclusive"
+    least = stats.reduce(_rows_of([[-v for v in row] for row in _MISLED]), np.min)
+    assert least.chosen == 0 and least.interval()[0] > 1.0
+    assert stats.decide(least, "<=", 1.0)[0] == "inconclusive"
+    assert stats.decide(least, "<=", 2.0)[0] == "reproduced"
+
+
+def test_a_chosen_best_of_below_the_threshold_on_every_row_is_not_reproduced() -> None:
+    """Where every row's interval lies below the threshold, so does the simultaneous bound:
+    the chosen best-of still reads not reproduced."""
+    rows = _rows_of([[v - 0.5 for v in row] for row in _MISLED])
+    best = stats.reduce(rows, np.max)
+    assert best.chosen == 0
+    assert stats.decide(best, ">=", 1.0)[0] == "not reproduced"
+
+
+def test_two_rounds_get_the_analytic_t_interval_and_cover_95_percent() -> None:
+    """A mean over two rounds (one process of one value each, as claim points are
+    measured): the bootstrap over two rounds knows three resamples and covered about 93 %
+    (a ratio of two such, 86 %); the t interval over the two round means (1 df) covers
+    93-97 %, for the mean and for the rate made from it; a ratio of two measured in other
+    rounds (combined as independent, Welch-Satterthwaite df) 95-99 %, conservative."""
+    rng = np.random.default_rng(20261205)
+    draws, hits, rate_hits, ratio_hits = 3000, 0, 0, 0
+    for i in range(draws):
+        processes = [[float(np.exp(rng.normal(0, 0.05)))] for _ in range(2)]
+        mean = stats.mean_estimate(processes, seed=i, rounds=[1, 2])
+        assert mean.method == stats.METHOD_ROUNDS and mean.df == 1
+        lo, hi = mean.interval()
+        hits += lo <= 1.0 <= hi
+        lo, hi = stats.rate(processes, 1.0, seed=i, rounds=[1, 2]).interval()
+        rate_hits += lo <= 1.0 <= hi
+        other = [[float(np.exp(rng.normal(0, 0.05)))] for _ in range(2)]
+        lo, hi = (mean / stats.mean_estimate(other, seed=i, rounds=[3, 4])).interval()
+        ratio_hits += lo <= 1.0 <= hi
+    print(f"two rounds: coverage {hits / draws:.3f}, of the rate {rate_hits / draws:.3f}, "
+          f"of a ratio of two {ratio_hits / draws:.3f}")
+    assert 0.93 <= hits / draws <= 0.97
+    assert 0.93 <= rate_hits / draws <= 0.97
+    assert 0.95 <= ratio_hits / draws <= 0.99
+
+
+def test_two_rounds_interval_is_the_t_interval_over_the_round_means() -> None:
+    """Exactly ``exp(log mean +- t(1) * sd(log round means) / sqrt(2))``."""
+    from scipy.stats import t as student
+
+    processes = [[1.0, 1.1, 0.9], [1.3, 1.2, 1.25]]
+    mean = stats.mean_estimate(processes, seed=1, rounds=["a", "b"])
+    logs = np.log([np.mean(p) for p in processes])
+    half = student.ppf(0.975, 1) * np.std(logs, ddof=1) / np.sqrt(2)
+    centre = np.log(np.mean(np.concatenate(processes)))
+    assert mean.interval() == pytest.approx((np.exp(centre - half), np.exp(centre + half)),
+                                            rel=1e-9, abs=0)
+
+
+def test_rounds_that_disagree_are_flagged() -> None:
+    """A round whose log lies beyond the others' prediction bound (one round three times
+    slower) gets a note naming it; rounds that agree, a quantity without rounds, and a
+    best-of's bounds get none."""
+    calm = _paired([0.10, 0.05, 0.12, 0.08, 0.02, 0.09])
+    assert stats.disagreeing_rounds(calm) == ""
+    odd = _paired([0.10, 0.05, 0.12, 0.08 - np.log(3.0), 0.02, 0.09])
+    note = stats.disagreeing_rounds(odd)
+    assert note.startswith("; ") and "round 4" in note
+    assert stats.disagreeing_rounds(stats.Widened(odd, 0.02)) == note
+    assert stats.disagreeing_rounds(stats.Share(odd / 4.0)) == note
+    assert stats.disagreeing_rounds(stats.Estimate.unknown(1.0, "one value")) == ""
+    assert stats.disagreeing_rounds(_paired([0.1, 0.2, 0.15])) == ""  # too few to tell
+
+
+def test_rounds_that_agree_are_rarely_flagged() -> None:
+    """Normal rounds, 4 to 12 of them: flagged in at most 2 % of draws (1 % by design)."""
+    rng = np.random.default_rng(5)
+    flagged = 0
+    draws = 2000
+    for i in range(draws):
+        n = 4 + i % 9
+        flagged += bool(stats.disagreeing_rounds(_paired(rng.normal(0, 0.1, n).tolist())))
+    print(f"normal rounds flagged: {flagged / draws:.3f}")
+    assert flagged / draws <= 0.02

@@ -25,8 +25,9 @@ three resamples). Two corrections keep small samples honest:
 Where both sides of a ratio were measured in the same rounds (blocks: round r of
 every claim point runs in phase r of the run, perfgrid.order), the ratio is
 **paired**: its log is computed per block and its interval is Student's t
-over the blocks (``df = blocks - 1``), so drift that both sides of a block
-share cancels instead of widening the interval (randomized multiple
+over the blocks (``df = blocks - 1``, exactly: ``exp(log value +- t * se)``; so too a
+mean over two rounds, where a bootstrap would know three resamples), so drift that both
+sides of a block share cancels instead of widening the interval (randomized multiple
 interleaved trials, Abedi and Brecht, ICPE 2017).
 
 A **reduction** over rows (the best of K rows, a median of K ratios) is not
@@ -56,6 +57,8 @@ from scipy import special as _sp  # not scipy.stats: every harness manager impor
 
 LEVEL = 0.95
 N_BOOT = 2000
+#: the fewest rounds a bootstrap over rounds is taken over (fewer: Student's t over them)
+BOOTSTRAP_ROUNDS = 3
 
 METHOD_HIERARCHICAL = "hierarchical bootstrap"
 METHOD_VALUES = "bootstrap of values (one process: within-process noise only)"
@@ -118,6 +121,17 @@ class Estimate:
     #: the grid points it was computed from (``Experiment.point_key``): a claim names the
     #: points it compares by its quantity's, and a look measures only those of open claims
     points: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+    #: the standard error of the log value where the interval is Student's t about it
+    #: (paired over blocks, or a mean over two rounds): :meth:`interval` is then exactly
+    #: ``exp(log value +- t(df) * se)``; ``dev`` stays, for combining with others
+    se: float | None = field(default=None, repr=False, compare=False)
+    #: for a best-of chosen on the first blocks (:func:`_chosen_on_first_blocks`) and what is
+    #: computed from it: the simultaneous bounds over all rows that :func:`reduce` gives
+    #: without choosing, which hold for the reduced truth itself
+    all_rows: Bounds | None = field(default=None, repr=False, compare=False)
+    #: the ends of :meth:`interval` (``"low"``, ``"high"``) that bound only the chosen row's
+    #: truth, not the reduced one: :func:`decide` reads them with :attr:`all_rows` too
+    unsafe: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
     # -- construction -------------------------------------------------------
     @classmethod
@@ -134,15 +148,19 @@ class Estimate:
         return self.dev is not None and np.isfinite(self.value) and self.value > 0
 
     def interval(self, level: float | None = None) -> tuple[float, float] | None:
-        """The ``level`` interval (:func:`decision_level`'s, by default): bootstrap
-        percentiles widened by t(df)/z."""
+        """The ``level`` interval (:func:`decision_level`'s, by default): Student's t about
+        the log value where :attr:`se` is known, else bootstrap percentiles widened by
+        t(df)/z."""
         level = level or current_level()
         if not self.has_interval:
             return None
         alpha = (1 - level) / 2
+        centre = float(np.log(self.value))
+        if self.se is not None and self.se > 0 and np.isfinite(self.df):
+            half = float(_sp.stdtrit(self.df, 1 - alpha)) * self.se
+            return float(np.exp(centre - half)), float(np.exp(centre + half))
         lo, hi = np.quantile(self.dev, [alpha, 1 - alpha])
         widen = float(_sp.stdtrit(self.df, 1 - alpha)) / float(_sp.ndtri(1 - alpha))
-        centre = np.log(self.value)
         return float(np.exp(centre + widen * lo)), float(np.exp(centre + widen * hi))
 
     @property
@@ -157,11 +175,18 @@ class Estimate:
     def _map(self, value: float, dev: np.ndarray | None, shift: float = 0.0,
              sign: int = 1) -> Estimate:
         """The same estimate scaled: blocks become ``sign * block + shift`` (log scale); a
-        scale that is not positive (no log) leaves no blocks to pair."""
+        scale that is not positive (no log) leaves no blocks to pair. Its standard error
+        stays, and a best-of's bounds over all rows scale with it (``sign`` -1, one over
+        it: their ends swap)."""
         blocks = None if self.blocks is None or not np.isfinite(shift) else {
             k: sign * v + shift for k, v in self.blocks.items()}
+        rows = self.all_rows
+        if rows is not None:
+            k = float(np.exp(shift)) if np.isfinite(shift) else float("nan")
+            rows = k / rows if sign < 0 else rows * k
         return Estimate(value, dev, self.df, self.method, self.reason, blocks, self.reduced,
-                        points=self.points)
+                        points=self.points, se=self.se, all_rows=rows,
+                        unsafe=self.unsafe if sign > 0 else _swap(self.unsafe))
 
     def __mul__(self, other: float | Estimate) -> Estimate:
         if isinstance(other, Bounds):
@@ -196,6 +221,38 @@ class Estimate:
         if bounds is None:
             return f"{text} [no interval: {self.reason or 'one value'}]"
         return f"{text} [{bounds[0]:{spec}}, {bounds[1]:{spec}}]"
+
+
+def _swap(sides: frozenset[str]) -> frozenset[str]:
+    """The ends of an interval that bound only a chosen row's truth, for one over it."""
+    return frozenset({"low": "high", "high": "low"}[s] for s in sides)
+
+
+def _with_all_rows(found: Estimate, a: Estimate, b: Estimate, sign: int) -> Estimate:
+    """``found`` (``a * b`` or ``a / b``) with the bounds over all rows of a best-of among
+    its parts carried (:attr:`Estimate.all_rows`): the parts' own simultaneous bounds, or
+    the part itself, combined by interval arithmetic."""
+    if a.all_rows is None and b.all_rows is None:
+        return found
+    left = a.all_rows if a.all_rows is not None else a
+    right = b.all_rows if b.all_rows is not None else b
+    rows = left * right if sign > 0 else left / right
+    unsafe = a.unsafe | (b.unsafe if sign > 0 else _swap(b.unsafe))
+    return dataclasses.replace(found, all_rows=rows, unsafe=unsafe)
+
+
+def safe_interval(quantity: Estimate | Bounds, level: float | None = None) -> Interval | None:
+    """The interval of ``quantity`` that holds for its reduced truth: its own, but where an
+    end bounds only a chosen row's truth (:attr:`Estimate.unsafe`), that end as far out
+    as the simultaneous bounds over all rows put it too (no bounds: unbounded)."""
+    found = quantity.interval(level)
+    rows, unsafe = getattr(quantity, "all_rows", None), getattr(quantity, "unsafe", frozenset())
+    if found is None or rows is None or not unsafe:
+        return found
+    other = rows.interval(level) or (0.0, math.inf)
+    lo = min(found[0], other[0]) if "low" in unsafe else found[0]
+    hi = max(found[1], other[1]) if "high" in unsafe else found[1]
+    return lo, hi
 
 
 def _log(k: float) -> float:
@@ -237,15 +294,17 @@ def _combine(a: Estimate, b: Estimate, sign: int) -> Estimate:
         return from_points(Estimate.unknown(value, _no_interval([a, b])), points)
     reduced = "; ".join(filter(None, (a.reduced, b.reduced)))
     if a.blocks and b.blocks and len(a.blocks) >= 2 and a.blocks.keys() == b.blocks.keys():
-        return from_points(paired(value, {k: a.blocks[k] + sign * b.blocks[k]
-                                          for k in a.blocks}, reduced=reduced), points)
-    common = _shared_blocks(a, b)
-    if common:  # one side measured in more rounds (a look kept it): pair the shared ones
+        found = from_points(paired(value, {k: a.blocks[k] + sign * b.blocks[k]
+                                           for k in a.blocks}, reduced=reduced), points)
+    elif common := _shared_blocks(a, b):
+        # one side measured in more rounds (a look kept it): pair the shared ones
         logs = {k: a.blocks[k] + sign * b.blocks[k] for k in common}
-        return from_points(paired(float(np.exp(np.mean(list(logs.values())))), logs,
-                                  reduced=reduced), points)
-    return Estimate(value, a.dev + sign * b.dev, _satterthwaite([a, b]), _method([a, b]),
-                    points=points)
+        found = from_points(paired(float(np.exp(np.mean(list(logs.values())))), logs,
+                                   reduced=reduced), points)
+    else:
+        found = Estimate(value, a.dev + sign * b.dev, _satterthwaite([a, b]), _method([a, b]),
+                         points=points)
+    return _with_all_rows(found, a, b, sign)
 
 
 def _shared_blocks(a: Estimate, b: Estimate) -> list[Any] | None:
@@ -261,9 +320,10 @@ def paired(value: float, blocks: dict[Any, float], n_boot: int = N_BOOT,
            reduced: str = "") -> Estimate:
     """A quantity computed per block (its log per round label), centred on ``value``.
 
-    Its interval is Student's t over the blocks: the deviations are normal draws with the
-    standard error of the mean log over blocks (seeded by the blocks, so a table's
-    intervals repeat), widened by t with ``blocks - 1`` degrees of freedom.
+    Its interval is Student's t over the blocks, exactly: ``exp(log value +- t * se)``
+    with the standard error of the mean log over blocks and ``blocks - 1`` degrees of
+    freedom. Its deviations, for combining it with estimates of other blocks, are normal
+    draws with that standard error (seeded by the blocks, so a table's intervals repeat).
     """
     logs = np.array([blocks[k] for k in sorted(blocks, key=str)], dtype=float)
     if logs.size < 2 or not np.all(np.isfinite(logs)):
@@ -275,7 +335,7 @@ def paired(value: float, blocks: dict[Any, float], n_boot: int = N_BOOT,
     dev = rng.standard_normal(n_boot)
     dev = (dev - dev.mean()) / dev.std() * se
     return Estimate(float(value), dev, float(logs.size - 1), METHOD_PAIRED, "", dict(blocks),
-                    reduced)
+                    reduced, se=se)
 
 
 def _method(parts: Sequence[Estimate]) -> str:
@@ -303,6 +363,10 @@ class Bounds:
     dev = None
     df = float("nan")
     blocks = None
+    #: as :attr:`Estimate.all_rows` and :attr:`Estimate.unsafe` (a widened or share of a
+    #: chosen best-of carries them on)
+    all_rows: Bounds | None = None
+    unsafe: frozenset[str] = frozenset()
 
     def __init__(self, value: float, bounds: Callable[[float], Interval | None],
                  method: str = METHOD_BOUNDS, reason: str = "", basis: str = "",
@@ -351,7 +415,7 @@ class Bounds:
 
         def bounds(level: float) -> Interval | None:
             split = 1 - (1 - level) / 2
-            ia, ib = a.interval(split), b.interval(split)
+            ia, ib = safe_interval(a, split), safe_interval(b, split)
             if ia is None or ib is None:
                 return None
             if sign > 0:
@@ -417,8 +481,11 @@ def reduce(parts: Sequence[Estimate | Bounds],
     A best (or least) of :data:`CHOOSE_FROM` or more rows that were all measured in the
     same four or more blocks is chosen on the first blocks and estimated on the others
     instead (:func:`_chosen_on_first_blocks`): a paired estimate, narrower than bounds that
-    pay for every row. (A median taken block by block was tried and left: with an even
-    count of rows whose truths are unevenly spaced it covered 71 % of simulated draws.)
+    pay for every row. It bounds the chosen row's truth, at most the best's, so it carries
+    the simultaneous bounds over all rows (:attr:`Estimate.all_rows`) for the end that
+    does not bound the best (:func:`decide` reads both, :func:`safe_interval`). (A median
+    taken block by block was tried and left: with an even count of rows whose truths are
+    unevenly spaced it covered 71 % of simulated draws.)
     """
     if not parts:
         raise ValueError("reduce: no estimates")
@@ -431,26 +498,31 @@ def reduce(parts: Sequence[Estimate | Bounds],
         return from_points(Estimate.unknown(value, _no_interval(parts)), points)
     name = getattr(how, "__name__", "reduction").removeprefix("a").removeprefix("nan")
     k = len(parts)
-    common = _common_blocks(parts)
-    if name in ("max", "min") and k >= CHOOSE_FROM and common and len(common) >= 4:
-        found = _chosen_on_first_blocks(parts, common, name)
-        # the choice is made on blocks all rows have; from there on only the chosen row's
-        # blocks count, so only its point is worth more rounds (perfgrid.looks)
-        return from_points(found, points_of(parts[found.chosen]))
     plain_lo, plain_hi = _ONE_ROW.get(getattr(how, "__name__", ""), (False, False))
 
     def bounds(level: float) -> Interval | None:
         strict = 1 - (1 - level) / k
         ends = []
         for end, plain in ((0, plain_lo), (1, plain_hi)):
-            found = [p.interval(level if plain else strict) for p in parts]
+            found = [safe_interval(p, level if plain else strict) for p in parts]
             if any(f is None for f in found):
                 return None
             ends.append(float(how(np.array([f[end] for f in found]))))
         return ends[0], ends[1]
 
-    return Bounds(value, bounds, basis=f"{name} of {k} rows, simultaneous bounds "
-                                       f"(each row: {basis(parts[0])})", points=points)
+    simultaneous = Bounds(value, bounds, basis=f"{name} of {k} rows, simultaneous bounds "
+                                               f"(each row: {basis(parts[0])})", points=points)
+    common = _common_blocks(parts)
+    if name in ("max", "min") and k >= CHOOSE_FROM and common and len(common) >= 4:
+        found = _chosen_on_first_blocks(parts, common, name)
+        # the chosen row's truth is at most the best row's (at least the least's): its
+        # interval's far end says nothing of the best; the bounds over all rows do
+        found = dataclasses.replace(found, all_rows=simultaneous, unsafe=frozenset(
+            {"high" if name == "max" else "low"}))
+        # the choice is made on blocks all rows have; from there on only the chosen row's
+        # blocks count, so only its point is worth more rounds (perfgrid.looks)
+        return from_points(found, points_of(parts[found.chosen]))
+    return simultaneous
 
 
 def geometric_mean(parts: Sequence[Estimate]) -> Estimate:
@@ -510,6 +582,8 @@ def _chosen_on_first_blocks(parts: Sequence[Estimate], labels: list[Any],
     block by block, so picking the luckiest row biases nothing and a ratio with another
     point of those blocks stays paired. It covers the truth of the chosen row: never above
     the best truth, and equal to it when the best row is clear or the rows are equally good.
+    So its lower end (a maximum's) bounds the best truth and its upper end does not:
+    :func:`reduce` carries the simultaneous bounds over all rows with it for that end.
     (Cross-fitting, each block's row chosen on all the others, uses every block but covered
     only 70-88 % of simulated draws: the choices share data.)"""
     sign = 1.0 if name == "max" else -1.0
@@ -525,6 +599,50 @@ def _chosen_on_first_blocks(parts: Sequence[Estimate], labels: list[Any],
     found = paired(value, kept, reduced=f"{name} of {len(parts)} rows chosen on the first "
                                         f"{first} of {len(labels)} rounds")
     return dataclasses.replace(found, chosen=row)
+
+
+#: the chance that :func:`disagreeing_rounds` flags a claim whose rounds all agree
+#: (normal rounds: each round against the others' prediction bound, Bonferroni over them)
+DISAGREE_ALPHA = 0.01
+#: the fewest rounds :func:`disagreeing_rounds` judges (fewer: the others leave no spread)
+DISAGREE_FROM = 4
+
+
+def disagreeing_rounds(quantity: Estimate | Bounds, alpha: float = DISAGREE_ALPHA) -> str:
+    """A note for a claim's reason where its rounds disagree; "" where they do not, or
+    where it cannot tell (no rounds, fewer than :data:`DISAGREE_FROM`).
+
+    Each round's log (of the quantity, block by block: for a ratio, the log ratio of that
+    round) is set against the other rounds' prediction bound, ``mean +- t(n - 2) * sd *
+    sqrt(1 + 1 / (n - 1))`` at ``1 - alpha / n`` (Bonferroni over the ``n`` rounds), so
+    rounds from one normal spread raise it in at most ``alpha`` of claims. A round beyond
+    it (one round in ten three times slower: a bimodal point, a disturbed phase of the
+    run) breaks what a t interval over rounds assumes, and a verdict on such rounds may
+    depend on the run. A widened quantity or a share is judged by the estimate inside it.
+    """
+    inner = quantity
+    while not isinstance(inner, Estimate) and getattr(inner, "inner", None) is not None:
+        inner = inner.inner
+    blocks = getattr(inner, "blocks", None)
+    if not isinstance(inner, Estimate) or not blocks or len(blocks) < DISAGREE_FROM:
+        return ""
+    labels = sorted(blocks, key=_label_order)
+    logs = np.array([blocks[b] for b in labels], dtype=float)
+    if not np.all(np.isfinite(logs)):
+        return ""
+    n = logs.size
+    crit = float(_sp.stdtrit(n - 2, 1 - alpha / (2 * n))) * math.sqrt(1 + 1 / (n - 1))
+    odd = []
+    for i, label in enumerate(labels):
+        others = np.delete(logs, i)
+        gap = float(logs[i] - others.mean())
+        sd = float(np.std(others, ddof=1))
+        if abs(gap) > crit * sd and gap != 0:
+            odd.append(f"round {label} {math.exp(gap):.2f}x the others' mean")
+    if not odd:
+        return ""
+    return (f"; rounds disagree ({', '.join(odd)}, beyond their {1 - alpha:.0%} prediction "
+            f"bound): a bimodal or disturbed point, the verdict may depend on the run")
 
 
 def basis(quantity: Estimate | Bounds) -> str:
@@ -569,6 +687,8 @@ class Share(Bounds):
         super().__init__(p, bounds, inner.method, inner.reason,
                          f"{basis(inner)}; logit scale", inner.points)
         self.inner = inner
+        if inner.all_rows is not None:  # a chosen best-of's bounds, on the same scale
+            self.all_rows, self.unsafe = Share(inner.all_rows), inner.unsafe
 
     def interval(self, level: float | None = None) -> Interval | None:
         if not (np.isfinite(self.value) and 0 <= self.value <= 1):
@@ -665,7 +785,10 @@ def mean_estimate(processes: Sequence[Sequence[float]], seed: int = 0,
 
     ``rounds`` labels each process with the job (round) that measured it; with
     two or more rounds, rounds are the outer level of the bootstrap and of the
-    variance (Kalibera and Jones: the highest level that varies dominates).
+    variance (Kalibera and Jones: the highest level that varies dominates). A bootstrap
+    over two rounds knows three resamples (it covered about 93 %): with fewer than
+    :data:`BOOTSTRAP_ROUNDS` rounds the interval is Student's t over the round means
+    instead (``rounds - 1`` df; its deviations normal draws, for combining).
     """
     outer = by_round(processes, rounds)
     groups = [np.asarray(g, dtype=float) for g in outer if len(g)]
@@ -688,16 +811,25 @@ def mean_estimate(processes: Sequence[Sequence[float]], seed: int = 0,
         df, method = values.size - 1, METHOD_VALUES
     if target <= 0:
         return Estimate.unknown(mean, "all values identical: spread unknown")
-    reps = _hierarchical_means(groups, rng, n_boot)
-    dev = np.log(reps) - np.log(mean)
-    spread = float(np.var(dev))
-    dev = dev * np.sqrt(target / spread) if spread > 0 else rng.normal(0, np.sqrt(target), n_boot)
+    se = None
+    if pooled_rounds and w < BOOTSTRAP_ROUNDS:
+        se = float(np.sqrt(target))
+        # seeded by the data too: two points of one seed still draw independently
+        means = np.round(np.log([g.mean() for g in groups]), 12).tolist()
+        dev = np.random.default_rng(seed_for(seed, *means)).standard_normal(n_boot)
+        dev = (dev - dev.mean()) / dev.std() * se
+    else:
+        reps = _hierarchical_means(groups, rng, n_boot)
+        dev = np.log(reps) - np.log(mean)
+        spread = float(np.var(dev))
+        dev = (dev * np.sqrt(target / spread) if spread > 0
+               else rng.normal(0, np.sqrt(target), n_boot))
     blocks = None
     if pooled_rounds:  # the rounds' own means, for a ratio paired round by round
         labels = list(dict.fromkeys(rounds or []))
         blocks = {label: float(np.log(np.mean(g))) for label, g in zip(labels, outer,
                                                                          strict=True) if g}
-    return Estimate(mean, dev, float(df), method, "", blocks)
+    return Estimate(mean, dev, float(df), method, "", blocks, se=se)
 
 
 def _hierarchical_means(groups: list[np.ndarray], rng: np.random.Generator,
@@ -752,10 +884,17 @@ def decide(quantity: Estimate | Bounds, op: str, threshold: float, spec: str = "
     noise. Otherwise the claim is reproduced only when the whole interval lies on its side,
     not reproduced only when it lies wholly on the other (for ``~``: wholly outside the
     band), else inconclusive.
+
+    A best-of chosen on the first rounds (:func:`_chosen_on_first_blocks`), and what is
+    computed from it, is judged by :func:`safe_interval`: the end of its interval that
+    bounds only the chosen row's truth (the upper end of a maximum, the lower of a minimum)
+    decides nothing unless the simultaneous bounds over all rows agree, so such a best-of
+    reads "not reproduced" on a ``>=`` claim only where every row's bounds put the best
+    below the threshold.
     """
     if op not in _SIDES:
         raise ValueError(f"op: {op!r} is not one of {', '.join(_SIDES)}")
-    bounds = quantity.interval()
+    bounds = safe_interval(quantity)
     if not np.isfinite(quantity.value):
         left_out = [part for part in quantity.reason.split("; ") if part.startswith(LEFT_OUT)]
         return "inconclusive", "no estimate (missing or NaN rate)" + (
@@ -765,9 +904,14 @@ def decide(quantity: Estimate | Bounds, op: str, threshold: float, spec: str = "
     lo, hi = bounds
     level = current_level()
     text = f"{level:.0%} interval {lo:{spec}}-{hi:{spec}}{unit}"
+    own = quantity.interval()
+    if own is not None and tuple(own) != (lo, hi):
+        text += (f" (its {' and '.join(sorted(quantity.unsafe, reverse=True))} end from the "
+                 f"simultaneous bounds over all rows; the row chosen on the first rounds: "
+                 f"{own[0]:{spec}}-{own[1]:{spec}}{unit}, which bounds only that row's truth)")
     if threshold > 0:
         low, high = band(threshold, margin)
-        near = quantity.interval(equivalence_level(level))
+        near = safe_interval(quantity, equivalence_level(level))
         if near is not None and low <= near[0] and near[1] <= high:
             words = (f"{equivalence_level(level):.0%} interval {near[0]:{spec}}-"
                      f"{near[1]:{spec}}{unit} lies within {margin:.0%} of {threshold:g}{unit}")
@@ -819,6 +963,8 @@ class Widened(Bounds):
         super().__init__(quantity.value, bounds, quantity.method, quantity.reason,
                          basis(quantity), quantity.points)
         self.inner, self.tau = quantity, float(tau)
+        if quantity.all_rows is not None:  # a chosen best-of's bounds, widened alike
+            self.all_rows, self.unsafe = Widened(quantity.all_rows, tau), quantity.unsafe
 
 
 #: :func:`blocks_needed` gives up (None) beyond this

@@ -42,9 +42,11 @@ from perfgrid.stats import (
     current_level,
     decide,
     decision_level,
+    disagreeing_rounds,
     equivalence_level,
     reduce,
     rounds_to_settle,
+    safe_interval,
 )
 
 VERDICTS = ("reproduced", "not reproduced", "at the threshold", "inconclusive")
@@ -131,11 +133,13 @@ def judged(experiment: str, hypothesis: str, criterion: str, quantity: Estimate,
         quantity = Share(widened) if isinstance(quantity, Share) else widened  # own scale
     with decision_level(_claim_level(points)):
         verdict, reason = decide(quantity, op, threshold, spec, unit, margin)
+        reason += disagreeing_rounds(inner)
         if verdict == "inconclusive" and not tau > 0:
             reason += _settle_words(inner, threshold)
-        bounds = quantity.interval() or (math.nan, math.nan)
         level = current_level()
-        near = quantity.interval(equivalence_level(level)) or (math.nan, math.nan)
+        # the interval the verdict read: a chosen best-of's far end over all its rows
+        bounds = safe_interval(quantity, level) or (math.nan, math.nan)
+        near = safe_interval(quantity, equivalence_level(level)) or (math.nan, math.nan)
         measured = quantity.show(spec, unit) + (f" {detail}" if detail else "")
     words = basis(inner) + (f"; {level:.1%} interval (looks)" if level != LEVEL else "")
     if tau > 0:
