@@ -73,6 +73,22 @@ def compile_native(name: str, out_dir: Path) -> str:
     return str(out)
 
 
+def compile_erlang(out_dir: str | os.PathLike[str]) -> Path:
+    """``erlc`` every Erlang module into ``out_dir``, as the pipeline's ``erlang_beam`` rule
+    does; raises perfgrid.erlang.ErlangError with erlc's message where it fails."""
+    from perfgrid import erlang, jobs, lifetime
+    from perfgrid.paths import PACKAGE
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    sources = [str(PACKAGE / source) for source in jobs.erlang_sources().values()]
+    proc = subprocess.run(lifetime.command(["erlc", "-o", str(out), *sources]),
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise erlang.ErlangError(f"erlc failed: {(proc.stderr or proc.stdout).strip()}")
+    return out
+
+
 # -- processes --------------------------------------------------------------------------
 def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
     """Poll ``condition`` every 50 ms; True as soon as it holds, False after ``timeout``."""

@@ -58,10 +58,12 @@ def erlang_spawn_rate() -> float:
     """Spawns per second of the Erlang spawn program, 2,000 spawns in 3 chains."""
     from perfgrid import erlang
 
+    from helpers import compile_erlang
+
     if erlang.missing():
         raise RuntimeError(erlang.missing())
     with tempfile.TemporaryDirectory() as folder:
-        beams = str(erlang.compile_modules(Path(folder)))
+        beams = str(compile_erlang(Path(folder)))
         vm = erlang.vm_for("none", 2)
         report = erlang.run(erlang.command("pg_spawn", {"total": 2000, "chains": 3}, beams,
                                            vm), cpus=vm.cpus).report

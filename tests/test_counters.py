@@ -74,6 +74,17 @@ def test_a_tracepoint_not_counted_is_named_with_its_reason_never_zero():
     assert "raw_syscalls:sys_enter: not supported" in out["counters_unsupported"]
 
 
+def test_the_counted_pass_is_its_own_module_not_the_librarys():
+    """perf runs ``python -m perfgrid.counting_pass``, which looks the experiment up in the
+    registry; perfgrid.counters, which shared code imports, has no entry point."""
+    assert not hasattr(counters, "main") and counters.PASS_MODULE == "perfgrid.counting_pass"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    done = subprocess.run([sys.executable, "-m", "perfgrid.counting_pass", "--help"],
+                          capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "python -m perfgrid.counting_pass" in done.stdout and "--loops" in done.stdout
+
+
 def test_perf_missing_is_a_reason_not_a_failure(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     assert counters.unavailable().startswith("perf missing")

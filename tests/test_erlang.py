@@ -18,7 +18,7 @@ from perfgrid.aggregate import row_from_result
 from perfgrid.experiments import get
 from perfgrid.experiments.http import load as http_load
 
-from helpers import FULL, REPO
+from helpers import FULL, REPO, compile_erlang
 
 MISSING = erlang.missing()
 
@@ -27,7 +27,7 @@ MISSING = erlang.missing()
 def beams(tmp_path_factory) -> str:
     if MISSING:
         pytest.skip(f"Erlang rows are skipped here: {MISSING}")
-    return str(erlang.compile_modules(tmp_path_factory.mktemp("beams")))
+    return str(compile_erlang(tmp_path_factory.mktemp("beams")))
 
 
 def beam_children() -> list[psutil.Process]:

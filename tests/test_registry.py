@@ -83,9 +83,25 @@ def test_every_native_program_has_its_source_and_every_source_an_experiment():
 
 
 def test_the_registry_finds_every_experiment_in_report_order():
-    assert experiments.available() == ["spawn", "file_read", "syscall", "timers", "ring", "http"]
+    """Every package of ``perfgrid/experiments/`` is an experiment, in report order; the seed's
+    six among them (a seventh needs no edit here)."""
+    packages = {p.parent.name for p in (PACKAGE / "experiments").glob("*/__init__.py")}
+    assert set(experiments.available()) == packages
+    assert {"spawn", "file_read", "syscall", "timers", "ring", "http"} <= packages
     positions = [experiments.get(e).report_position for e in experiments.available()]
     assert positions == sorted(set(positions))
+
+
+def _free_position() -> int:
+    """A report position no registered experiment holds, between the first and the last
+    where there is room: a test's experiment lands among the others, not at an end."""
+    taken = sorted(experiments.get(e).report_position for e in experiments.available())
+    return next(p for p in range(taken[0] + 1, taken[-1] + 2) if p not in taken)
+
+
+#: the registered experiments, and a free report position, read before any test adds one
+KNOWN = experiments.available()
+FREE = _free_position()
 
 
 @pytest.fixture
@@ -119,22 +135,28 @@ def _package(folder: Path, name: str, source: str) -> None:
 
 def test_a_package_that_defines_experiment_is_one_in_its_place_and_a_helper_is_not(
         more_modules):
-    _package(more_modules, "pg_extra", _experiment_module("pg_extra", 35))
+    _package(more_modules, "pg_extra", _experiment_module("pg_extra", FREE))
     (more_modules / "pg_helper.py").write_text("HELPED = True\n")
-    assert experiments.available() == ["spawn", "file_read", "syscall", "pg_extra", "timers",
-                                       "ring", "http"]
-    assert experiments.get("pg_extra").report_position == 35
-    with pytest.raises(KeyError, match="'pg_helper' is not one of spawn, "):
+    before = [e for e in KNOWN if experiments.get(e).report_position < FREE]
+    assert experiments.available() == [*before, "pg_extra", *KNOWN[len(before):]]
+    assert before and len(before) < len(KNOWN)  # among the others, not at an end
+    assert experiments.get("pg_extra").report_position == FREE
+    with pytest.raises(KeyError, match=f"'pg_helper' is not one of {KNOWN[0]}, "):
         experiments.get("pg_helper")
+
+
+#: file_read's report position, which another experiment may not take
+HELD = experiments.get("file_read").report_position
 
 
 @pytest.mark.parametrize(("source", "message"), [
     ("import no_such_package_here\n",
      r"perfgrid\.experiments\.pg_extra cannot be imported \(ModuleNotFoundError: No module"),
     (_experiment_module("pg_extra", None), r"Extra\.report_position .* is None; allowed: a whole"),
-    (_experiment_module("pg_extra", 20), "file_read and pg_extra both have 20|"
-                                         "pg_extra and file_read both have 20"),
-    (_experiment_module("extra", 35), r"EXPERIMENT\.name is 'extra'; allowed: 'pg_extra'"),
+    (_experiment_module("pg_extra", HELD), f"file_read and pg_extra both have {HELD}|"
+                                           f"pg_extra and file_read both have {HELD}"),
+    (_experiment_module("extra", FREE),
+     r"EXPERIMENT\.name is 'extra'; allowed: 'pg_extra'"),
     ("EXPERIMENT = object()\n", "EXPERIMENT is a object; allowed: an instance"),
 ])
 def test_a_broken_experiment_module_stops_the_registry_naming_it(more_modules, source,
@@ -148,7 +170,7 @@ def test_a_broken_experiment_module_stops_the_registry_naming_it(more_modules, s
 def test_an_experiment_in_a_lone_module_stops_the_registry_asking_for_a_package(more_modules):
     """An experiment is its package (analysis.py, schema.yaml beside it): a module that
     defines one is refused, not left out of the grid unnoticed."""
-    (more_modules / "pg_extra.py").write_text(_experiment_module("pg_extra", 35))
+    (more_modules / "pg_extra.py").write_text(_experiment_module("pg_extra", FREE))
     with pytest.raises(experiments.RegistryError,
                        match=r"perfgrid\.experiments\.pg_extra defines EXPERIMENT in a "
                              r"module; allowed: a package, .*/pg_extra/"):
@@ -173,7 +195,7 @@ def test_an_experiments_schema_yaml_is_its_section_of_the_assembled_schema(
     """A new package's schema.yaml joins the schema by itself: its section in report order,
     its name in the enum, its definitions beside the shared ones; the schema file Snakemake
     validates against is gone afterwards."""
-    _package(more_modules, "pg_extra", _experiment_module("pg_extra", 35))
+    _package(more_modules, "pg_extra", _experiment_module("pg_extra", FREE))
     (more_modules / "pg_extra" / "schema.yaml").write_text(EXTRA_SECTION)
     schema = configschema.schema()
     assert schema["properties"]["experiments"]["items"]["enum"] == experiments.available()
@@ -206,7 +228,7 @@ def test_an_experiments_schema_yaml_is_its_section_of_the_assembled_schema(
 ])
 def test_a_missing_or_clashing_schema_yaml_stops_the_schema_naming_its_file(
         more_modules, section, message):
-    _package(more_modules, "pg_extra", _experiment_module("pg_extra", 35))
+    _package(more_modules, "pg_extra", _experiment_module("pg_extra", FREE))
     if section is not None:
         (more_modules / "pg_extra" / "schema.yaml").write_text(section)
     with pytest.raises(configschema.SchemaError, match=message):

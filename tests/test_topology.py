@@ -199,3 +199,29 @@ def test_this_machine_reads():
     topo = topology.read()
     assert set(topo.allowed) <= {c.cpu for c in topo.cpus}
     assert topo.summary()["cores"] >= 1
+
+
+# -- the CPU limit of workers: auto (topology.cpu_limit; perfgrid.settings words its errors)
+
+
+def test_the_cpu_limit_lives_beside_the_topology_and_settings_words_its_error(tmp_path):
+    """topology.cpu_limit is the whole answer (tests/test_auto_workers.py checks it through
+    settings); a bad variable is a ValueError here, the same message as a ConfigError
+    there, and a long value is cut."""
+    from perfgrid import config_errors, settings
+
+    proc, root = tmp_path / "cgroup", tmp_path / "fs"
+    proc.write_text("0::/\n")
+    assert topology.cpu_limit({}, {0, 2, 5}, proc, root) == (
+        3, "the affinity mask (CPUs 0,2,5)")
+    assert topology.cpu_limit({}, {0, 2, 5}, proc, root) == settings.auto_cpu_limit(
+        {}, {0, 2, 5}, proc, root)
+    assert settings.AUTO_CPUS_ENV == topology.AUTO_CPUS_ENV == "PERFGRID_AUTO_CPUS"
+    bad = {topology.AUTO_CPUS_ENV: "9" * 400}
+    with pytest.raises(ValueError) as plain:
+        topology.cpu_limit(bad)
+    assert type(plain.value) is ValueError
+    assert plain.value.args[0].endswith("more characters left out)")
+    with pytest.raises(config_errors.ConfigError) as worded:
+        settings.auto_cpu_limit(bad)
+    assert str(worded.value) == str(plain.value)

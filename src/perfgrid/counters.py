@@ -5,7 +5,7 @@ untimed counting pass of the same case under ``perf stat``, never inside the
 timed pyperf runs:
 
     perf stat -x, -o COUNTS --control fifo:CTL,ACK -D -1 -e EVENTS -- \\
-        python -m perfgrid.counters EXPERIMENT --point ... --option ... --loops N ...
+        python -m perfgrid.counting_pass EXPERIMENT --point ... --option ... --loops N ...
 
 Counting starts disabled (``-D -1``); the pass prepares the case, enables
 the counters through the control FIFO right before ``case.time(loops)`` and
@@ -30,7 +30,6 @@ never fails a point.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import math
@@ -67,6 +66,9 @@ COLUMNS = ("counters", "counters_scope", "counters_units", "counters_unsupported
            "counters_seconds", "counters_loops_s", "cpu_sys_share", "cpus_utilized",
            *(column for column, _ in EVENTS.values()))
 OK = "ok"
+#: the module perf runs for the counted pass (``python -m``): it looks the experiment up in
+#: the registry, which this library, imported by shared code, must not
+PASS_MODULE = "perfgrid.counting_pass"
 #: ``counters`` of a point the config did not count
 NOT_COUNTED = "not counted (measure.counters)"
 PARANOID = Path("/proc/sys/kernel/perf_event_paranoid")
@@ -202,7 +204,7 @@ def count_point(experiment: str, point: list[str], options: list[str], loops: in
         ctl, ack, counts, report = (folder / n for n in ("ctl", "ack", "counts", "report"))
         os.mkfifo(ctl)
         os.mkfifo(ack)
-        workload = [sys.executable, "-m", "perfgrid.counters", experiment, "--loops",
+        workload = [sys.executable, "-m", PASS_MODULE, experiment, "--loops",
                     str(loops), "--ctl", str(ctl), "--ack", str(ack), "--report", str(report)]
         for flag, items in (("--point", point), ("--option", options)):
             workload += [word for item in items for word in (flag, item)]
@@ -240,74 +242,3 @@ def count_point(experiment: str, point: list[str], options: list[str], loops: in
 def _status(text: str) -> dict[str, str]:
     """Why a point has no counts, on one line (pyperf metadata holds no newlines)."""
     return {"perfgrid_counters": " ".join(text.split())[:400]}
-
-
-def _cpu_tree() -> tuple[float, float]:
-    """(user, sys) seconds of this process, its live descendants and its reaped children."""
-    import psutil
-
-    me = psutil.Process()
-    own = me.cpu_times()
-    user, system = own.user + own.children_user, own.system + own.children_system
-    for child in me.children(recursive=True):
-        try:
-            times = child.cpu_times()
-        except psutil.Error:
-            continue
-        user += times.user
-        system += times.system
-    return user, system
-
-
-def _tell(ctl: int, ack: int, command: str) -> None:
-    """Send perf a control command and wait for its ``ack``."""
-    os.write(ctl, f"{command}\n".encode())
-    answer = b""
-    while b"\n" not in answer:  # perf answers "ack\n\0"
-        chunk = os.read(ack, 64)
-        if not chunk:
-            raise RuntimeError(f"perf closed its ack FIFO after {command!r}")
-        answer += chunk
-
-
-def main(argv: list[str] | None = None) -> None:
-    """The counted pass (run by perf): prepare, enable, ``loops`` loops, disable, report."""
-    parser = argparse.ArgumentParser(prog="python -m perfgrid.counters")
-    parser.add_argument("experiment")
-    parser.add_argument("--point", action="append", default=[], metavar="AXIS=VALUE")
-    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--loops", type=int, required=True)
-    parser.add_argument("--ctl", required=True)
-    parser.add_argument("--ack", required=True)
-    parser.add_argument("--report", required=True)
-    args = parser.parse_args(argv)
-
-    from perfgrid import experiments, lifetime
-    from perfgrid.atomic import write_text
-    from perfgrid.jobargs import pairs
-
-    lifetime.die_with_parent(os.getppid())  # perf: dies with the job, so must we
-    experiment = experiments.get(args.experiment)
-    point = experiment.parse_point(pairs(args.point, "--point"))
-    options = experiment.counting_options(point, pairs(args.option, "--option"))
-    case = experiment.prepare(point, options)
-    ctl, ack = os.open(args.ctl, os.O_WRONLY), os.open(args.ack, os.O_RDONLY)
-    try:
-        user0, sys0 = _cpu_tree()
-        _tell(ctl, ack, "enable")
-        began = time.perf_counter()
-        case.time(args.loops)
-        elapsed = time.perf_counter() - began
-        _tell(ctl, ack, "disable")
-        user1, sys1 = _cpu_tree()
-    finally:
-        case.close()
-        os.close(ctl)
-        os.close(ack)
-    units = args.loops * (case.inner_loops or 1) * case.work_per_loop
-    write_text(args.report, json.dumps({"units": units, "elapsed_s": elapsed,
-                                        "user_s": user1 - user0, "sys_s": sys1 - sys0}))
-
-
-if __name__ == "__main__":
-    main()

@@ -30,11 +30,9 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from perfgrid import binding, lifetime
-from perfgrid.paths import PACKAGE
 
 #: perfgrid binding -> the VM's scheduler bind type (+sbt); single uses +S 1 instead
 SBT = {"none": "u", "single": "u", "compact": "db", "spread": "ts"}
@@ -74,20 +72,6 @@ def beam_dir(options: dict[str, str]) -> str:
         raise FileNotFoundError(f"erlang: --option beams=DIR with the compiled modules needed, "
                                 f"got {beams!r}")
     return beams
-
-
-def compile_modules(out_dir: str | os.PathLike[str]) -> Path:
-    """``erlc`` every module into ``out_dir`` (tests; the pipeline has its own rule)."""
-    from perfgrid import jobs  # the registry, which imports the experiments using this module
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    sources = [str(PACKAGE / source) for source in jobs.erlang_sources().values()]
-    proc = subprocess.run(lifetime.command(["erlc", "-o", str(out), *sources]),
-                          capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise ErlangError(f"erlc failed: {(proc.stderr or proc.stdout).strip()}")
-    return out
 
 
 @dataclass

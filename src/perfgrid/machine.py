@@ -103,12 +103,10 @@ def _auto_workers() -> dict[str, Any]:
     """What ``workers: auto`` stands for in this run: the CPU count the grid was built for
     (PERFGRID_AUTO_CPUS, which the workflow sets where it parses the config), what set it
     (the affinity mask, a cgroup CPU quota, the variable) and its counts."""
-    from perfgrid import config_errors, settings
-
     try:
-        cpus, source = settings.auto_cpu_limit()
-    except config_errors.ConfigError:  # the workflow refuses a bad variable before any job
-        cpus, source = settings.auto_cpu_limit({})
+        cpus, source = topology.cpu_limit()
+    except ValueError:  # the workflow refuses a bad variable before any job
+        cpus, source = topology.cpu_limit({})
     return {"cpus": cpus, "counts": binding.auto_workers(cpus), "set_by": source}
 
 

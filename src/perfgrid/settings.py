@@ -31,11 +31,10 @@ from perfgrid.config_errors import (
 from perfgrid.paths import REPO, RESERVED_NAMES, SOURCE_DIRS, Layout
 from perfgrid.planning import grid
 
-#: the CPU count ``workers: auto`` is built for, where set (see :func:`auto_cpu_limit`)
-AUTO_CPUS_ENV = "PERFGRID_AUTO_CPUS"
-#: what set that count (the affinity mask, a cgroup CPU quota, the variable), for the report
-AUTO_CPUS_SOURCE_ENV = "PERFGRID_AUTO_CPUS_SOURCE"
-MAX_AUTO_CPUS = 2048
+#: the CPU limit of ``workers: auto`` lives beside the topology (perfgrid.topology)
+AUTO_CPUS_ENV = topology.AUTO_CPUS_ENV
+AUTO_CPUS_SOURCE_ENV = topology.AUTO_CPUS_SOURCE_ENV
+MAX_AUTO_CPUS = topology.MAX_AUTO_CPUS
 
 
 def validated(config: dict[str, Any], check_disk: bool = True) -> dict[str, Any]:
@@ -63,31 +62,12 @@ def auto_cpu_limit(environ: Mapping[str, str] | None = None,
                    allowed: Iterable[int] | None = None,
                    proc: Path = Path("/proc/self/cgroup"),
                    cgroup_root: Path = Path("/sys/fs/cgroup")) -> tuple[int, str]:
-    """The CPU count ``workers: auto`` is built for, and what set it.
-
-    ``PERFGRID_AUTO_CPUS`` where set: a cluster run builds its grid on the login node,
-    not where the jobs run, and the workflow sets it (and ``PERFGRID_AUTO_CPUS_SOURCE``)
-    for its jobs. Else the smaller of the CPUs this process may use (the affinity mask,
-    so taskset, a cpuset cgroup or a SLURM allocation count, never ``os.cpu_count()``)
-    and a cgroup CPU quota rounded up (:func:`topology.cgroup_cpu_quota`). ``allowed``,
-    ``proc`` and ``cgroup_root`` stand in for the mask and the cgroup files in tests.
-    """
-    environ = os.environ if environ is None else environ
-    text = environ.get(AUTO_CPUS_ENV, "").strip(" \t\r\n")
-    if text:
-        # ASCII digits only: str.isdigit() also takes '²' (int() refuses it) and '٣' (3)
-        if not re.fullmatch(r"[0-9]+", text) or not 1 <= int(text) <= MAX_AUTO_CPUS:
-            raise ConfigError(brief(f"{AUTO_CPUS_ENV}={text!r} (the CPU count of workers: "
-                                    f"auto); allowed: a whole number from 1 to "
-                                    f"{MAX_AUTO_CPUS} in the digits 0-9, or unset", 300))
-        return int(text), brief(environ.get(AUTO_CPUS_SOURCE_ENV, "").strip()
-                                or f"the {AUTO_CPUS_ENV} variable", 300)
-    cpus = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
-    count, source = len(cpus), f"the affinity mask (CPUs {topology.format_cpu_list(cpus)})"
-    quota = topology.cgroup_cpu_quota(proc, cgroup_root)
-    if quota is not None and quota[0] < count:
-        count, source = quota[0], f"the cgroup CPU quota ({quota[1]})"
-    return count, source
+    """The CPU count ``workers: auto`` is built for, and what set it
+    (:func:`topology.cpu_limit`); raises ConfigError for a bad ``PERFGRID_AUTO_CPUS``."""
+    try:
+        return topology.cpu_limit(environ, allowed, proc, cgroup_root)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
 
 def auto_cpus() -> int:

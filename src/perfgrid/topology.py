@@ -14,12 +14,19 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 SYSFS = Path("/sys")
+#: the CPU count ``workers: auto`` is built for, where set (see :func:`cpu_limit`)
+AUTO_CPUS_ENV = "PERFGRID_AUTO_CPUS"
+#: what set that count (the affinity mask, a cgroup CPU quota, the variable), for the report
+AUTO_CPUS_SOURCE_ENV = "PERFGRID_AUTO_CPUS_SOURCE"
+MAX_AUTO_CPUS = 2048
+#: the longest text of a bad variable's message, or of what set the count
+_MESSAGE = 300
 
 
 @dataclass(frozen=True, order=True)
@@ -277,6 +284,47 @@ def restriction(topo: Topology, environ: dict[str, str] | None = None,
         why.append("affinity mask (taskset, numactl or a parent's sched_setaffinity)")
     return {"restricted": restricted, "allowed": len(topo.allowed), "online": len(online),
             "allowed_list": format_cpu_list(topo.allowed), "by": why if restricted else []}
+
+
+def cpu_limit(environ: Mapping[str, str] | None = None,
+              allowed: Iterable[int] | None = None,
+              proc: Path = Path("/proc/self/cgroup"),
+              cgroup_root: Path = Path("/sys/fs/cgroup")) -> tuple[int, str]:
+    """The CPU count ``workers: auto`` is built for, and what set it.
+
+    ``PERFGRID_AUTO_CPUS`` where set: a cluster run builds its grid on the login node,
+    not where the jobs run, and the workflow sets it (and ``PERFGRID_AUTO_CPUS_SOURCE``)
+    for its jobs. Else the smaller of the CPUs this process may use (the affinity mask,
+    so taskset, a cpuset cgroup or a SLURM allocation count, never ``os.cpu_count()``)
+    and a cgroup CPU quota rounded up (:func:`cgroup_cpu_quota`). ``allowed``,
+    ``proc`` and ``cgroup_root`` stand in for the mask and the cgroup files in tests.
+    Raises ValueError, naming the variable and what is allowed, for a bad variable
+    (perfgrid.settings words it as a ConfigError).
+    """
+    environ = os.environ if environ is None else environ
+    text = environ.get(AUTO_CPUS_ENV, "").strip(" \t\r\n")
+    if text:
+        # ASCII digits only: str.isdigit() also takes '²' (int() refuses it) and '٣' (3)
+        if not re.fullmatch(r"[0-9]+", text) or not 1 <= int(text) <= MAX_AUTO_CPUS:
+            raise ValueError(_brief(f"{AUTO_CPUS_ENV}={text!r} (the CPU count of workers: "
+                                    f"auto); allowed: a whole number from 1 to "
+                                    f"{MAX_AUTO_CPUS} in the digits 0-9, or unset"))
+        return int(text), _brief(environ.get(AUTO_CPUS_SOURCE_ENV, "").strip()
+                                 or f"the {AUTO_CPUS_ENV} variable")
+    cpus = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
+    count, source = len(cpus), f"the affinity mask (CPUs {format_cpu_list(cpus)})"
+    quota = cgroup_cpu_quota(proc, cgroup_root)
+    if quota is not None and quota[0] < count:
+        count, source = quota[0], f"the cgroup CPU quota ({quota[1]})"
+    return count, source
+
+
+def _brief(text: str, limit: int = _MESSAGE) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was left out (as
+    perfgrid.config_errors.brief, which sits floors above this module)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit:,} more characters left out)"
 
 
 def cgroup_cpu_quota(proc: Path = Path("/proc/self/cgroup"),

@@ -40,13 +40,9 @@ if TYPE_CHECKING:
 SINGLE = ("read", "readinto", "readinto_unaligned", "dd", "erlang_read")
 PARALLEL = ("pread_parallel", "fio", "erlang_pread_parallel")
 WHOLE = ("whole", "erlang_whole")
-VARIANTS = ("read", "readinto", "readinto_unaligned", "whole", "pread_parallel", "dd", "fio",
-            "erlang_read", "erlang_whole", "erlang_pread_parallel")
 NATIVE = ("dd", "fio")
 #: Erlang variant -> pg_file_read's mode
 ERLANG = {"erlang_read": "read", "erlang_whole": "whole", "erlang_pread_parallel": "pread"}
-#: keys of the ``erlang`` sub-section that replace the section's lists for the Erlang variants
-ERLANG_KEYS = ("block_sizes", "parallel_block_sizes", "workers", "bindings", "caches")
 #: the 1 KiB block size, and the rounds Erlang's pinned reads of it keep to (~18 s a
 #: round, 3 % apart): a look adds rounds to cheaper points only (perfgrid.looks)
 SMALL = 1024

@@ -53,8 +53,6 @@ if TYPE_CHECKING:
 SERVERS = (*PYTHON_SERVERS, "erlang")
 #: acceptor processes of the Erlang server waiting on the listening socket
 ERLANG_ACCEPTORS = 16
-#: ab and builtin are closed loops (.load); openloop schedules requests (.openloop)
-CLIENTS = (*load.CLIENTS, "openloop")
 #: the open-loop sweep when the config names none: offered requests/s, seconds per step
 OPENLOOP_DEFAULTS = {"rates": [500, 1000, 2000, 4000, 8000], "duration_s": 2.0}
 KEEPALIVE = ("off", "on")

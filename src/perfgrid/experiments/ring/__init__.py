@@ -32,7 +32,6 @@ from perfgrid.experiments.ring.usage import Usage, process_usage, self_usage
 if TYPE_CHECKING:
     from perfgrid.paths import Layout
 
-VARIANTS = ("asyncio", "uvloop", "thread", "process_pipe", "native", "erlang")
 #: rings of Erlang processes; ``workers`` is the VM's scheduler count
 ERLANG = ("erlang",)
 #: variants whose members are tasks of one event loop (one worker, one CPU at a time)

@@ -34,7 +34,6 @@ from perfgrid.experiments.base import Case, Experiment, Metadata, Point, matches
 if TYPE_CHECKING:
     from perfgrid.paths import Layout
 
-VARIANTS = ("asyncio", "uvloop", "erlang", "erlang_smp")
 #: Erlang variant -> its scheduler count (None: one per allowed CPU)
 ERLANG = {"erlang": 1, "erlang_smp": None}
 SEEDINGS = ("independent", "identical")
