@@ -8,11 +8,13 @@ only for erlang points" is decided here, once, from what the experiment declares
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from perfgrid import experiments
+from perfgrid.codeinputs import code_inputs
 from perfgrid.experiments.base import Experiment, Point
 from perfgrid.paths import ERLANG_SOURCES, NATIVE_SOURCES, PACKAGE, Layout
 
@@ -70,11 +72,31 @@ def inputs(experiment: Experiment, point: Point, config: dict[str, Any], layout:
     """
     out = {name: [str(path)] for name, path in
            experiment.extra_inputs(point, config, layout).items()}
-    out["workload"] = [f"{src}/{path}" for path in experiment.sources()]
+    out["workload"] = workload(experiment, src)
     program = native_program(experiment, point)
     out["binary"] = [str(layout.native_binary(program))] if program else []
     out["beams"] = [f"{layout.erlang_beams}/{m}.beam" for m in erlang_modules(experiment, point)]
     return out
+
+
+def workload(experiment: Experiment, src: str) -> list[str]:
+    """The code a benchmark job of ``experiment`` runs (perfgrid.codeinputs): the harness
+    (perfgrid.bench), the counting pass and every module of the experiment's package but
+    its analysis (some run as processes of their own, ``python -m``), with all they import,
+    then what else it declares (:attr:`Experiment.code`)."""
+    return list(_workload(experiment.name, src))
+
+
+@functools.cache
+def _workload(name: str, src: str) -> tuple[str, ...]:
+    """:func:`workload`, once per experiment: Snakemake asks it for each of ~1,000 jobs."""
+    sources = experiments.get(name).sources()
+    modules = [f"perfgrid.{path.removesuffix('.py').removesuffix('/__init__').replace('/', '.')}"
+               for path in sources if path.endswith(".py")]
+    # the counting pass runs as a process of its own (counters.PASS_MODULE): no import
+    # leads to it
+    return (*code_inputs(src, "perfgrid.bench", "perfgrid.counting_pass", *modules),
+            *(f"{src}/{path}" for path in sources if not path.endswith(".py")))
 
 
 def merged_inputs(points: Iterable[tuple[Experiment, Point]], config: dict[str, Any],

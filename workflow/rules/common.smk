@@ -10,6 +10,7 @@ import time
 from perfgrid import (
     binding,
     block,
+    codeinputs,
     config_errors,
     experiments,
     fixtures,
@@ -83,6 +84,14 @@ except WorkflowError:  # no --cores: a cluster run (profiles/slurm), --report, -
 # a failed benchmark job runs this many more times before it stops the run
 BENCH_RETRIES = 1
 SRC = os.path.relpath(os.path.join(workflow.basedir, "src", "perfgrid"))
+
+
+def code(*roots):
+    """A job's code inputs: the files of this tree's perfgrid (SRC) that ``roots``, the
+    modules it runs (``module`` or ``module:function``), import (perfgrid.codeinputs)."""
+    return codeinputs.code_inputs(SRC, *roots)
+
+
 # every benchmark job in the order it should run; Snakemake runs the highest priority first
 JOBS = planning.jobs(SETTINGS)
 # with a time budget, the rounds it may let go (after keep_rounds) run last
@@ -299,7 +308,7 @@ def noise_inputs(wildcards):
     """Input function (unpack) of the noise profile: the config as used (ancient: a config
     edit elsewhere does not rerun it), its code, and what a benchmark job of each of its
     points needs (its files, code and C program)."""
-    return {"config": ancient(str(LAYOUT.used_config)), "code": f"{SRC}/noiseprofile.py",
+    return {"config": ancient(str(LAYOUT.used_config)), "code": code("perfgrid.cli:_noise"),
             **jobs.merged_inputs(NOISE_PAIRS, SETTINGS, LAYOUT, SRC)}
 
 
@@ -325,6 +334,7 @@ def block_inputs(block, plan):
     the record of the look its round waits for (its ``plan``'s), if any."""
     exp = experiments.get(block.experiment)
     out = jobs.merged_inputs(((exp, job.point) for job in block.jobs), SETTINGS, LAYOUT, SRC)
+    out["code"] = code("perfgrid.block")
     if plan["look"] is not None:
         out["look"] = [plan["look"]]
     return out
@@ -389,9 +399,7 @@ def look_results(wildcards):
                and planning.rounds_of(SETTINGS, experiment, job.point) > 1]
     previous = previous_look(experiment, blocks)
     return {"results": results, "previous": [previous] if previous else [],
-            "code": [f"{SRC}/looks.py", f"{SRC}/analysis/sequential.py", f"{SRC}/stats.py",
-                     f"{SRC}/aggregate.py",
-                     f"{SRC}/analysis/__init__.py", f"{SRC}/experiments/{experiment}/analysis.py"]}
+            "code": code("perfgrid.cli:_look", f"perfgrid.experiments.{experiment}.analysis")}
 
 
 def look_params(wildcards):

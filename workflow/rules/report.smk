@@ -1,14 +1,15 @@
 # Tables, plots and the report: everything derived from the raw results.
 
-# the modules of perfgrid.report (src/perfgrid/report/): editing one rewrites the report
-REPORT_CODE = sorted(f"{SRC}/report/{name}" for name in os.listdir(f"{SRC}/report")
-                     if name.endswith(".py"))
+# Each job's code inputs are the modules its command imports (common.smk's code(),
+# perfgrid.codeinputs) and the experiment's modules it imports by name: editing one of
+# them reruns the jobs that run it, and no other.
 
 
 rule table:
     input:
         results=lambda wildcards: runnable(wildcards.experiment),
-        code=[f"{SRC}/aggregate.py", f"{SRC}/stats.py", f"{SRC}/looks.py"],
+        code=lambda wildcards: code("perfgrid.cli:_table",
+                                    f"perfgrid.experiments.{wildcards.experiment}"),
     output:
         report(
             LAYOUT.table("{experiment}"),
@@ -28,7 +29,8 @@ rule table:
 rule plots:
     input:
         table=LAYOUT.table("{experiment}"),
-        code=[f"{SRC}/experiments/{{experiment}}/analysis.py", f"{SRC}/scaling.py"],
+        code=lambda wildcards: code("perfgrid.cli:_plots",
+                                    f"perfgrid.experiments.{wildcards.experiment}.analysis"),
     output:
         figures=report(
             directory(LAYOUT.plot_dir("{experiment}")),
@@ -56,9 +58,8 @@ rule report:
         noise=[LAYOUT.noise_profile] if NOISE_BLOCKS else [],
         looks=[LAYOUT.look(e, n) for e in SETTINGS["experiments"]
                for n in looks.schedule(SETTINGS, e)[:-1]],
-        code=[*REPORT_CODE, f"{SRC}/stats.py", f"{SRC}/analysis/__init__.py",
-              f"{SRC}/scaling.py"]
-        + [f"{SRC}/experiments/{e}/analysis.py" for e in SETTINGS["experiments"]],
+        code=code("perfgrid.cli:_report",
+                  *(f"perfgrid.experiments.{e}.analysis" for e in SETTINGS["experiments"])),
     output:
         html=report(LAYOUT.report_html, caption="../report/report.rst", category="report"),
         md=LAYOUT.report_md,
