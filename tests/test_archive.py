@@ -662,3 +662,133 @@ def test_report_from_an_archive_refuses_before_writing_anything(made, tmp_path):
         assert done.returncode == 1 and said in done.stderr, (args, done.stderr)
         assert len(done.stderr.splitlines()) == 1
     assert leftovers(tmp_path, bad) == ["full"]
+
+
+# The community validator (roc-validator) at the profiles the crate declares, offline.
+#: the crate's profiles (its root's conformsTo) -> the validator's identifier for each
+VALIDATOR_PROFILES = {crate.PROCESS_RUN: "process-run-crate-0.5",
+                      crate.WORKFLOW_RUN: "workflow-run-crate-0.5",
+                      crate.WORKFLOW_RO_CRATE: "workflow-ro-crate-1.0"}
+RO_CRATE_CONTEXT = "https://w3id.org/ro/crate/1.1/context"
+WFRUN = "https://w3id.org/ro/terms/workflow-run#"
+
+
+def offline_contexts() -> dict[str, dict]:
+    """The two JSON-LD contexts the crate names, from what is installed: the validator
+    parses the crate as RDF and so must resolve them, and this machine has no network.
+
+    RO-Crate 1.1's context is the ``rocrate`` library's bundled one (RO-Crate 1.3, a
+    superset with the same schema.org IRIs) with the four Bioschemas terms set back to
+    their 1.1 IRIs, the ones the validator's shapes use (its ``bioschemas`` and
+    ``bioschemas-cw`` prefixes). The workflow-run context maps its terms into the
+    ``wfrun`` namespace (the crate uses ``sha256`` of them).
+    """
+    from importlib.resources import files
+
+    bundled = json.loads((files("rocrate") / "data" / "ro-crate.jsonld").read_text())
+    terms = {**bundled["@context"],
+             "ComputationalWorkflow": "https://bioschemas.org/ComputationalWorkflow",
+             "FormalParameter": "https://bioschemas.org/FormalParameter",
+             "input": "https://bioschemas.org/ComputationalWorkflow#input",
+             "output": "https://bioschemas.org/ComputationalWorkflow#output"}
+    run_terms = ("sha256", "sha1", "sha512", "md5", "containerImage", "environment",
+                 "resourceUsage", "registry", "tag")
+    return {RO_CRATE_CONTEXT: {"@context": terms},
+            crate.RUN_CONTEXT: {"@context": {t: WFRUN + t for t in run_terms}}}
+
+
+@pytest.fixture(scope="module")
+def validator_cache(tmp_path_factory) -> Path:
+    """An HTTP cache (the validator's own, requests-cache) holding the crate's contexts,
+    for the validator's offline mode: it then reads only this cache, and anything not in
+    it fails the check that needed it (a context missing fails RO-Crate 1.1's 3.1)."""
+    pytest.importorskip("rocrate_validator", reason="roc-validator not installed (dev extra)")
+    import requests
+    import requests_cache
+    import urllib3
+    from rocrate_validator.utils.document_loader import uninstall_document_loader
+
+    docs = offline_contexts()
+
+    class Local(requests.adapters.HTTPAdapter):
+        """Answers from ``docs``: never the network."""
+
+        def send(self, request, **kwargs):
+            body = json.dumps(docs[request.url]).encode() if request.url in docs else b""
+            raw = urllib3.HTTPResponse(
+                body=io.BytesIO(body), status=200 if request.url in docs else 404,
+                headers={"Content-Type": "application/ld+json"}, preload_content=False,
+                request_url=request.url)
+            return self.build_response(request, raw)
+
+    path = tmp_path_factory.mktemp("validator") / "http_cache"
+    with requests_cache.CachedSession(cache_name=str(path), backend="sqlite",
+                                      expire_after=-1, allowable_codes=(200,)) as session:
+        session.mount("https://", Local())
+        session.mount("http://", Local())
+        for url in docs:
+            assert session.get(url, headers={"Accept": "application/ld+json"}).ok, url
+    yield path
+    uninstall_document_loader()  # the validator patches rdflib's JSON-LD loader
+
+
+def validated(top: Path, profile: str, cache: Path):
+    """The validator's result for the crate in ``top`` at ``profile`` (and the profiles it
+    inherits), REQUIRED checks, offline."""
+    from rocrate_validator import models, services
+
+    return services.validate(models.ValidationSettings(
+        rocrate_uri=str(top), profile_identifier=profile, requirement_severity="REQUIRED",
+        offline=True, cache_path=cache))
+
+
+def required_issues(result) -> list[str]:
+    from rocrate_validator.models import Severity
+
+    return [f"{i.check.identifier}: {i.message}"
+            for i in result.get_issues(min_severity=Severity.REQUIRED)]
+
+
+def test_the_crate_passes_the_community_validator_at_every_profile_it_declares(
+        made, tmp_path, validator_cache):
+    top = archive.extract(made, tmp_path / "x")
+    graph = json.loads((top / crate.NAME).read_text())["@graph"]
+    declared = ids(entity(graph, "./")["conformsTo"])
+    assert declared == set(VALIDATOR_PROFILES)
+    for uri, profile in VALIDATOR_PROFILES.items():
+        result = validated(top, profile, validator_cache)
+        assert required_issues(result) == [], (uri, profile)
+        assert result.passed(), (uri, profile)
+        # not a pass by default: the profile's own checks ran, and RO-Crate 1.1's
+        ran = {check.identifier.rsplit("_", 1)[0] for check in result.executed_checks}
+        assert {profile, "ro-crate-1.1"} <= ran, (profile, sorted(ran))
+
+
+def _drop(graph: list, kind: str, key: str) -> None:
+    (found,) = [e for e in graph if kind in crate._as_list(e.get("@type"))]
+    del found[key]
+
+
+# name -> (edits the crate's graph, the profile whose REQUIRED check must fail, its text)
+BROKEN_PROFILE_CASES = {
+    "the run without its instrument": (
+        lambda g: _drop(g, "CreateAction", "instrument"),
+        "process-run-crate-0.5", "instrument"),
+    "the main workflow not a ComputationalWorkflow": (
+        lambda g: _set(g, "Snakefile", "@type", ["File", "SoftwareSourceCode"]),
+        "workflow-ro-crate-1.0", "ComputationalWorkflow"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN_PROFILE_CASES))
+def test_a_crate_that_breaks_a_declared_profile_fails_the_community_validator(
+        made, tmp_path, validator_cache, case):
+    edit, profile, said = BROKEN_PROFILE_CASES[case]
+    path = rewritten(made, tmp_path / "broken.tar.gz", edit)
+    assert archive.verify(path) == []  # the files and hashes agree: only the profile broke
+    top = archive.extract(path, tmp_path / "x")
+    # checked through the profile that inherits both, as a reader of a Workflow Run Crate is
+    result = validated(top, VALIDATOR_PROFILES[crate.WORKFLOW_RUN], validator_cache)
+    assert not result.passed()
+    issues = required_issues(result)
+    assert any(i.startswith(f"{profile}_") and said in i for i in issues), issues

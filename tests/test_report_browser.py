@@ -1,17 +1,27 @@
-"""The HTML report in a real headless Chromium: it renders, every image loads,
-and no request leaves the file. A screenshot of the first screen is kept."""
+"""The HTML pages in a real headless Chromium: the report renders, every image loads,
+and no request leaves the file (a screenshot of the first screen is kept); the report,
+compare.html, summary.html and the gallery, made from one pipeline run by the commands
+a user runs, open at desktop and phone width without a console error or a sideways
+scroll (wide tables scroll in their own box)."""
 
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from helpers import REPO
+from synthetic import result_folder
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = REPO / "test-artifacts"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+#: viewport widths: a desktop window and a phone
+WIDTHS = (1280, 400)
 
 pytestmark = [
     pytest.mark.pipeline,
@@ -26,10 +36,7 @@ def test_report_renders_offline_with_every_image(tree):
     requests: list[str] = []
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run"],
-        )
+            executable_path=CHROMIUM, args=ARGS)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.on("request", lambda r: requests.append(r.url))
@@ -47,3 +54,58 @@ def test_report_renders_offline_with_every_image(tree):
     outside = [u for u in requests if not u.startswith(("file://", "data:"))]
     assert outside == []
     assert Path(ARTIFACTS / "report-first-screen.png").stat().st_size > 10_000
+
+
+def cli(*args: str | Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "perfgrid.cli", *map(str, args)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def pages(tree: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Every HTML page a user opens, from the pipeline's run ``tiny``: its report;
+    ``compare`` of it with itself; ``summary`` and ``gallery`` of it beside a second
+    host ``beta`` synthesized as the pipeline writes one (tests/synthetic.py)."""
+    tiny = tree / "results" / "tiny"
+    out = tmp_path_factory.mktemp("pages")
+    beta = result_folder(out, "beta", 0.8)
+    shutil.copytree(tiny / "tables", out / "results" / "tiny" / "tables")
+    cli("compare", tiny, tiny, "--out", out / "compare")
+    cli("summary", out / "results", "--out-md", out / "summary.md",
+        "--out-html", out / "summary.html")
+    cli("gallery", tiny, beta, "-o", out / "gallery")
+    return {"report": tiny / "report.html", "compare": out / "compare" / "compare.html",
+            "summary": out / "summary.html", "gallery index": out / "gallery" / "index.html",
+            "gallery experiment": out / "gallery" / "experiment-file_read.html"}
+
+
+def test_every_page_opens_without_error_or_sideways_scroll_at_desktop_and_phone_width(pages):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed")
+    problems: list[str] = []
+    widths: dict[tuple[int, str], list[int]] = {}
+    tables: dict[tuple[int, str], int] = {}
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            for width in WIDTHS:
+                context = browser.new_context(viewport={"width": width, "height": 900},
+                                              offline=True)
+                page = context.new_page()
+                page.on("console", lambda m: problems.append(f"{m.type}: {m.text}")
+                        if m.type == "error" else None)
+                page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+                page.on("requestfailed", lambda r: problems.append(f"failed: {r.url}"))
+                for name, path in pages.items():
+                    page.goto(path.as_uri(), wait_until="load")
+                    widths[(width, name)] = page.evaluate(
+                        "[document.documentElement.scrollWidth, window.innerWidth]")
+                    tables[(width, name)] = page.evaluate(
+                        "document.querySelectorAll('table').length")
+                context.close()
+        finally:
+            browser.close()
+    assert problems == []
+    assert all(count > 0 for count in tables.values()), tables  # each page has its tables
+    scrolls = {key: w for key, w in widths.items() if w[0] > w[1]}
+    assert scrolls == {}, scrolls  # (width, page): [scrollWidth, innerWidth]

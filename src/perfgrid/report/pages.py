@@ -66,7 +66,8 @@ _CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto
 color:#222}table{border-collapse:collapse;font-size:.85em;margin:1em 0}td,th{border:1px solid
 #ccc;padding:.2em .5em;text-align:left;vertical-align:top}th{background:#f3f3f3}img{max-width:100%}
 .reproduced{background:#dfd}.not{background:#fdd}.inconclusive{background:#ffd}
-.at{background:#ddf}"""
+.at{background:#ddf}.scroll{overflow-x:auto;max-width:100%}pre{overflow-x:auto}
+p,li{overflow-wrap:break-word}"""
 
 
 def view(data: dict[str, Any]) -> dict[str, Any]:
