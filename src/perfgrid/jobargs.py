@@ -1,6 +1,6 @@
 """The harness's words for a job's point and options: ``--point AXIS=VALUE`` and
 ``--option KEY=VALUE``, written by the workflow and read back by the harness
-(perfgrid.bench) and by its counting pass (perfgrid.counters), which imports nothing
+(perfgrid.bench) and by its counting pass (perfgrid.counting_pass), which imports nothing
 of the harness.
 """
 
