@@ -48,8 +48,10 @@ for _row in SEED_ROWS:
         if _row["variant"] == "read":  # and dd at the same block size is the native baseline
             _row["native_variant"] = "dd"
 
-#: the seed's own Erlang read 1 MiB blocks at 0.82x dd (0.264 s vs 0.322 s)
-ERLANG_NEAR_DD = 0.8
+#: "as fast as C" is a claim of equivalence: a ratio to dd of about 1, within the margin
+#: the seed's own wording gives (claims.yaml): its Erlang read 1 MiB blocks at 0.82x dd
+#: (0.264 s vs 0.322 s) and called that about the same as C
+AS_FAST_AS_DD = 1.0
 
 
 def _gbps(table: pd.DataFrame) -> pd.DataFrame:
@@ -129,9 +131,10 @@ def claims(table: pd.DataFrame, experiment: Experiment) -> list[Claim]:
     dd_1m = rate_at(warm, variant="dd", block_size=MIB)
     readinto_1m = rate_at(warm, variant="readinto", block_size=MIB)
     hyp = "With large blocks the runtime reads as fast as C (dd)"
-    crit = "readinto at 1 MiB, warm, >= 0.95x dd at 1 MiB in the same run"
+    crit = (f"readinto at 1 MiB, warm, about {AS_FAST_AS_DD:g}x dd at 1 MiB in the same run "
+            f"(two-sided, within the seed's margin)")
     if dd_1m and readinto_1m:
-        out.append(judged(name, hyp, crit, readinto_1m / dd_1m, ">=", 0.95,
+        out.append(judged(name, hyp, crit, readinto_1m / dd_1m, "~", AS_FAST_AS_DD,
                           f"dd ({readinto_1m / 1e9:.2f} vs {dd_1m / 1e9:.2f} GB/s)",
                           why=why(warm, READ_COUNTERS, _at_1m("readinto", "dd"))))
     else:
@@ -191,11 +194,11 @@ def _erlang_claims(warm: pd.DataFrame, dd_1m: Estimate | None, name: str) -> lis
     experiment ``name``'s."""
     out: list[Claim] = []
     hyp = "Erlang with large blocks reads about as fast as C (dd)"
-    crit = (f"erlang_read at 1 MiB, warm, >= {ERLANG_NEAR_DD:.1f}x dd at 1 MiB (the seed: "
-            f"{0.264 / 0.322:.2f}x)")
+    crit = (f"erlang_read at 1 MiB, warm, about {AS_FAST_AS_DD:g}x dd at 1 MiB (two-sided, "
+            f"within the seed's margin; the seed: {0.264 / 0.322:.2f}x)")
     erl_1m = rate_at(warm, variant="erlang_read", block_size=MIB, binding="none")
     if dd_1m and erl_1m:
-        out.append(judged(name, hyp, crit, erl_1m / dd_1m, ">=", ERLANG_NEAR_DD,
+        out.append(judged(name, hyp, crit, erl_1m / dd_1m, "~", AS_FAST_AS_DD,
                           f"dd ({erl_1m / 1e9:.2f} vs {dd_1m / 1e9:.2f} GB/s)", "erlang",
                           why=why(warm, READ_COUNTERS, _at_1m("erlang_read", "dd"))))
     else:
