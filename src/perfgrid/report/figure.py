@@ -54,7 +54,8 @@ def claims_figure(claims: list[Claim], path: Path) -> Path:
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_yticks(range(len(labels)), labels, fontsize=6)
     ax.set_xlabel("measured / threshold, right of 1: the claim holds\n"
-                  "bar: 95 % interval (arrow: one-sided, unbounded); hollow dot: no interval",
+                  "bar: the claim's interval at its level (the claims table's, 95 % by "
+                  "default; arrow: one-sided, unbounded); hollow dot: no interval",
                   fontsize=8)
     handles = [plt.Line2D([], [], color=c, lw=2.5, label=v) for v, c in colours.items()]
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
