@@ -16,6 +16,25 @@ from helpers import copy_workflow, in_ci, run
 #: (test id, reason) of every test skipped in this session
 _SKIPPED: list[tuple[str, str]] = []
 
+#: fixtures that run Snakemake (``tree`` here and in tests/test_slurm.py, ``quick`` in
+#: tests/test_quick_config.py, ``without_tools`` in tests/test_reliability.py): a test that
+#: uses one, even through another fixture, runs it (tests/test_markers.py finds every such
+#: fixture and checks it is named here)
+RUNS_SNAKEMAKE = frozenset({"tree", "quick", "without_tools"})
+#: one set under two names: ``-m "not pipeline"`` and ``-m "not snakemake"`` leave out the same
+PIPELINE_MARKERS = ("pipeline", "snakemake")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that runs Snakemake carries ``pipeline`` and ``snakemake``: marked with either
+    (module or test), or using a fixture of :data:`RUNS_SNAKEMAKE`."""
+    for item in items:
+        if (RUNS_SNAKEMAKE.intersection(getattr(item, "fixturenames", ()))
+                or any(item.get_closest_marker(name) for name in PIPELINE_MARKERS)):
+            for name in PIPELINE_MARKERS:
+                if item.get_closest_marker(name) is None:
+                    item.add_marker(name)
+
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Remember each skip (an expected failure is not a skip)."""

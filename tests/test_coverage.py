@@ -14,6 +14,8 @@ import pytest
 
 from perfgrid import stats
 
+pytestmark = pytest.mark.simulation
+
 DRAWS = 1000
 BLOCKS = 6
 SHARED, OWN = 0.06, 0.09
@@ -293,7 +295,6 @@ def _paired_claim(rng: np.random.Generator, truth: float, sd: float, blocks: int
                         n_boot=400)
 
 
-@pytest.mark.simulation
 @pytest.mark.parametrize("noise", ["normal", "heavy"])
 def test_claims_of_unlike_spreads_each_cover_through_the_judging_path(noise: str) -> None:
     """Six claims of one experiment paired over three rounds, their spreads five times
@@ -316,7 +317,6 @@ def test_claims_of_unlike_spreads_each_cover_through_the_judging_path(noise: str
     assert np.all(coverage >= 0.93) and np.all(coverage <= (0.97 if noise == "normal" else 0.99))
 
 
-@pytest.mark.simulation
 def test_a_run_with_the_between_run_component_covers_the_machines_truth(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Each run of a machine lands ``tau`` away from the machine's truth (host, day); its
@@ -339,7 +339,6 @@ def test_a_run_with_the_between_run_component_covers_the_machines_truth(
     assert covered[0.0] / DRAWS < 0.85
 
 
-@pytest.mark.simulation
 @pytest.mark.parametrize(("sd", "tau"), [(0.03, 0.0), (0.08, 0.0), (0.03, 0.05)])
 def test_a_truth_at_the_threshold_is_rarely_decided_either_way(
         monkeypatch: pytest.MonkeyPatch, sd: float, tau: float) -> None:

@@ -305,6 +305,7 @@ def test_a_set_without_claims_csv_gets_its_claims_from_its_tables(sources, tmp_p
     assert "computed by the gallery from its tables" in (out / "index.html").read_text()
 
 
+@pytest.mark.browser
 def test_the_site_opens_offline_in_chromium_at_desktop_and_phone_width(site: Path):
     """No console error, no request leaving the site, every image loaded; at 400 px
     wide the page does not scroll sideways (wide tables scroll in their own box)."""

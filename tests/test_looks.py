@@ -61,6 +61,7 @@ def _naive(truth: float, threshold: float, rng: np.random.Generator) -> str:
     return claim.verdict
 
 
+@pytest.mark.simulation
 def test_with_the_truth_at_the_threshold_at_most_5_percent_are_decided_either_way() -> None:
     rng = np.random.default_rng(1)
     readings = [_sequential(1.5, 1.5, rng)[0] for _ in range(DRAWS)]
@@ -69,6 +70,7 @@ def test_with_the_truth_at_the_threshold_at_most_5_percent_are_decided_either_wa
     assert wrong <= 0.05
 
 
+@pytest.mark.simulation
 def test_negative_control_naive_looks_decide_too_often_at_the_threshold() -> None:
     """Three looks at the plain 95 % interval: false decisions well above 5 %."""
     rng = np.random.default_rng(2)
@@ -77,6 +79,7 @@ def test_negative_control_naive_looks_decide_too_often_at_the_threshold() -> Non
     assert wrong > 0.08
 
 
+@pytest.mark.simulation
 @pytest.mark.parametrize("direction", [1.15, 1 / 1.15])
 def test_with_the_truth_15_percent_past_the_threshold_80_percent_are_decided(direction):
     """15 % above (reproduced) or below (not reproduced) the threshold, 10 % per block:
@@ -92,6 +95,7 @@ def test_with_the_truth_15_percent_past_the_threshold_80_percent_are_decided(dir
     assert early >= 0.5
 
 
+@pytest.mark.simulation
 def test_a_claim_that_cannot_be_decided_stops_early_without_a_verdict() -> None:
     """Truth 2 % past the threshold with 10 % per block: hopeless by the cap; most such
     claims stop at a look for futility, inconclusive (never a false decision)."""

@@ -15,8 +15,6 @@ from perfgrid.report.claims import read_claims
 
 from helpers import CONFIG, SNAKEMAKE, edited, job_counts, run
 
-pytestmark = pytest.mark.pipeline
-
 AXES = ["variant", "cache", "binding", "workers", "block_size"]
 KiB, MiB = 1 << 10, 1 << 20
 #: the grid helpers.CONFIG asks for, written out from its literal values (not worked out by
@@ -33,6 +31,7 @@ GRID = {
 }
 
 
+@pytest.mark.pipeline
 def test_every_grid_point_reaches_the_table_and_report(tree):
     assert len(GRID) == 17
     table = pd.read_csv(tree / "results/tiny/tables/file_read.csv")
@@ -89,12 +88,14 @@ def test_every_grid_point_reaches_the_table_and_report(tree):
     assert "<h2>Noise profile</h2>" in html
 
 
+@pytest.mark.pipeline
 def test_a_local_run_stops_snakemakes_rate_limiter(tree):
     """Left running, it would wake Snakemake beside every measurement (noise.quiet_scheduler)."""
     record = json.loads((tree / "results/tiny/run.json").read_text())
     assert record["job_rate_limiter_stopped"] is True
 
 
+@pytest.mark.pipeline
 def test_every_result_is_complete_pyperf_json(tree):
     for path in (tree / "results/tiny/raw").rglob("*.json"):
         bench = pyperf.Benchmark.load(str(path))
@@ -103,6 +104,7 @@ def test_every_result_is_complete_pyperf_json(tree):
     assert not list((tree / "results").rglob(".*.tmp*"))
 
 
+@pytest.mark.pipeline
 def test_no_two_benchmark_jobs_overlapped(tree):
     spans = sorted(
         (meta["perfgrid_started"], meta["perfgrid_finished"])
@@ -117,11 +119,13 @@ def test_no_two_benchmark_jobs_overlapped(tree):
     assert noise["started"] + noise["seconds"] <= spans[0][0]
 
 
+@pytest.mark.pipeline
 def test_up_to_date_dry_run_plans_nothing(tree):
     output = run(tree, "-n")
     assert "Nothing to be done" in output
 
 
+@pytest.mark.pipeline
 def test_editing_the_workload_reruns_its_jobs_and_what_derives(tree):
     points = len(GRID) - len(json.loads((tree / "results/tiny/skipped.json").read_text()))
     with edited(tree / "src/perfgrid/experiments/file_read/__init__.py"):
@@ -133,12 +137,14 @@ def test_editing_the_workload_reruns_its_jobs_and_what_derives(tree):
     assert "Nothing to be done" in run(tree, "-n")  # the edit undone, the tree as it was
 
 
+@pytest.mark.pipeline
 def test_editing_a_plot_reruns_only_plots_and_report(tree):
     with edited(tree / "src/perfgrid/experiments/file_read/analysis.py"):
         counts = job_counts(run(tree, "-n"))
     assert counts == {"plots": 1, "report": 1, "all": 1}
 
 
+@pytest.mark.pipeline
 def test_report_zip_has_every_plot(tree):
     run(tree, "--report", "report.zip")
     import zipfile
@@ -148,6 +154,7 @@ def test_report_zip_has_every_plot(tree):
     assert any(n.endswith("parallel_by_workers.png") for n in names)
 
 
+@pytest.mark.pipeline
 def test_archive_round_trip(tree, tmp_path):
     import subprocess
     import tarfile
@@ -195,6 +202,7 @@ def test_archive_round_trip(tree, tmp_path):
     assert (out / "file_read_ratio.png").exists()
 
 
+@pytest.mark.pipeline
 def test_a_report_from_the_archive_alone_reproduces_the_claims(tree, tmp_path):
     """The archive's crate names what ran as machine.json recorded it, its SHA-256 stands
     beside it, and ``perfgrid report ARCHIVE -o DIR`` on a fresh folder (this code, the
@@ -268,6 +276,7 @@ def test_archive_never_extracts_outside_its_folder(tmp_path):
     assert not (tmp_path / "target" / "top" / "ok.txt").exists()
 
 
+@pytest.mark.pipeline
 def test_a_a_run_reports_the_noise_floor(tree):
     """`perfgrid aa` runs one small config twice and compares the two runs; Snakemake's
     arguments after `--` reach both runs (here: up to the tables, all a comparison reads;

@@ -34,6 +34,7 @@ def test_runs_that_disagree_beyond_their_intervals_read_as_depending_on_the_run(
     assert 0 < pooled["i2"] < 1 and pooled["tau"] > 0.1
 
 
+@pytest.mark.simulation
 def test_a_pooled_interval_covers_the_machines_truth_with_a_between_run_spread() -> None:
     """Runs drawn around a machine's truth with a between-run sd of 0.08, each with a
     within-run se of 0.02: the pooled t interval over five runs covers the truth about

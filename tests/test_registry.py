@@ -289,6 +289,7 @@ def _dry_run_jobs(output: str) -> list[tuple[str, dict[str, str]]]:
     return jobs
 
 
+@pytest.mark.pipeline
 def test_every_benchmark_rule_asks_slurm_for_a_whole_node_and_its_memory(tmp_path):
     """The benchmark rule declares a job's cluster resources, the profile names no experiment:
     a whole node, its threads as CPUs, and the memory its experiment asks for (file_read:

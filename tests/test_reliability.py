@@ -26,8 +26,6 @@ from perfgrid import atomic, counters, noise
 
 from helpers import REPO, SNAKEMAKE, in_session, wait_for, write_config
 
-pytestmark = pytest.mark.pipeline
-
 GRID = {
     "host": "rel",
     "experiments": ["file_read"],
@@ -255,6 +253,7 @@ def stopped_on_failure(proc: subprocess.Popen) -> Iterator[None]:
         raise
 
 
+@pytest.mark.pipeline
 def test_a_killed_benchmark_job_runs_once_more_and_the_run_completes(workdir):
     proc = start(workdir, "--cores", "2")
     with stopped_on_failure(proc):
@@ -290,6 +289,7 @@ def _interrupt(proc: subprocess.Popen, workdir: Path, how: str,
         resume(held)
 
 
+@pytest.mark.pipeline
 @pytest.mark.parametrize("how", ["sigint", "sigkill_snakemake", "sigkill_job"])
 def test_interrupted_run_resumes_with_nothing_lost(workdir, how):
     """Interrupted with at least two points recorded and two not yet measured: a benchmark
@@ -316,6 +316,7 @@ def test_interrupted_run_resumes_with_nothing_lost(workdir, how):
     assert all(p.stat().st_mtime_ns == m for p, m in done_before.items())
 
 
+@pytest.mark.pipeline
 def test_second_run_on_the_same_folder_is_refused(workdir):
     first = start(workdir, "--cores", "2")
     wait_for_results(workdir, 1, first)
@@ -344,6 +345,7 @@ def small_fs(tmp_path: Path):
     subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
+@pytest.mark.pipeline
 def test_test_file_without_room_fails_before_any_job(workdir, small_fs):
     write_config(workdir, {**GRID, "testfile": {"size": "8MiB", "path": str(small_fs / "t.bin")}})
     proc = start(workdir, "--cores", "1")
@@ -354,6 +356,7 @@ def test_test_file_without_room_fails_before_any_job(workdir, small_fs):
     assert not (workdir / "results").exists()
 
 
+@pytest.mark.pipeline
 def test_unwritable_results_folder_fails_with_the_path(workdir, small_fs):
     subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], check=True)
     write_config(workdir, {**GRID, "results": str(small_fs / "results"),
@@ -433,6 +436,7 @@ def without_tools(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return workdir
 
 
+@pytest.mark.pipeline
 @pytest.mark.parametrize("missing", sorted(MISSING))
 def test_missing_tool_rows_are_skipped_with_the_reason(without_tools, missing):
     tools, _, experiment, _, variants = MISSING[missing]
@@ -447,6 +451,7 @@ def test_missing_tool_rows_are_skipped_with_the_reason(without_tools, missing):
     assert ran  # the rest of the experiment still ran
 
 
+@pytest.mark.pipeline
 def test_without_perf_points_are_measured_and_the_report_says_why_not_counted(without_tools):
     """perf missing: the points chosen for counting are measured as usual, their counters
     left out (never zeros) with the reason in column ``counters``; the report renders and

@@ -25,6 +25,7 @@ WIDTHS = (1280, 400)
 
 pytestmark = [
     pytest.mark.pipeline,
+    pytest.mark.browser,
     pytest.mark.skipif(CHROMIUM is None,
                        reason="chromium not installed (Debian package chromium; CI installs it)"),
 ]

@@ -35,6 +35,7 @@ def _coverage(processes: int, values: int, draws: int = 1000) -> tuple[float, fl
             float(np.median(ratio_widths)))
 
 
+@pytest.mark.simulation
 @pytest.mark.parametrize(("processes", "values"), [(2, 3), (4, 10)])
 def test_intervals_cover_the_truth_95_percent(processes: int, values: int) -> None:
     """Within 10 %, between processes 5 %: rows and ratios cover the truth 93-97 % of draws."""
@@ -491,6 +492,7 @@ def test_a_chosen_best_of_below_the_threshold_on_every_row_is_not_reproduced() -
     assert stats.decide(best, ">=", 1.0)[0] == "not reproduced"
 
 
+@pytest.mark.simulation
 def test_two_rounds_get_the_analytic_t_interval_and_cover_95_percent() -> None:
     """A mean over two rounds (one process of one value each, as claim points are
     measured): the bootstrap over two rounds knows three resamples and covered about 93 %
@@ -545,6 +547,7 @@ def test_rounds_that_disagree_are_flagged() -> None:
     assert stats.disagreeing_rounds(_paired([0.1, 0.2, 0.15])) == ""  # too few to tell
 
 
+@pytest.mark.simulation
 def test_rounds_that_agree_are_rarely_flagged() -> None:
     """Normal rounds, 4 to 12 of them: flagged in at most 2 % of draws (1 % by design)."""
     rng = np.random.default_rng(5)

@@ -1,0 +1,210 @@
+"""config/quick.yaml as shipped, end to end: the run a user starts first, its claims table,
+counter columns and compiled programs, then the user commands on its real output."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from test_compare import rounds_folder
+
+from perfgrid import counters, experiments, jobs, ledger
+from perfgrid.analysis import VERDICTS
+from perfgrid.ledger import KINDS
+from perfgrid.paths import Layout
+from perfgrid.report.claims import read_claims
+
+from helpers import SNAKEMAKE, copy_workflow
+
+pytestmark = [pytest.mark.pipeline, pytest.mark.snakemake]
+
+QUICK = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "quick.yaml")
+                       .read_text())
+HOST = QUICK["host"]
+#: what a user types: ``perfgrid ...`` is this interpreter's perfgrid.cli
+PERFGRID = [sys.executable, "-m", "perfgrid.cli"]
+
+
+@pytest.fixture(scope="session")
+def quick(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the workflow after ``snakemake --cores 2 --configfile config/quick.yaml``,
+    the shipped config untouched; how long it took is printed (the config's budget is
+    five minutes on a 2-CPU machine)."""
+    root = copy_workflow(tmp_path_factory.mktemp("quick"), config=None)
+    started = time.monotonic()
+    done = subprocess.run([*SNAKEMAKE, "--cores", "2", "--configfile", "config/quick.yaml"],
+                          cwd=root, capture_output=True, text=True, timeout=1800)
+    elapsed = time.monotonic() - started
+    print(f"\nconfig/quick.yaml end to end: {elapsed:.0f} s", flush=True)
+    (root / "quick-run.log").write_text(done.stdout + done.stderr)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    return root
+
+
+def perfgrid(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """A user command in ``cwd``, asserting exit 0."""
+    done = subprocess.run([*PERFGRID, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, f"perfgrid {' '.join(args)}: rc {done.returncode}\n" + (
+        done.stdout + done.stderr)[-4000:]
+    return done
+
+
+def layout(root: Path) -> Layout:
+    return Layout(root / "results" / HOST)
+
+
+def rule_that_wrote(root: Path, output: Path) -> str:
+    """The rule Snakemake recorded for ``output`` (its .snakemake/metadata record)."""
+    name = output.relative_to(root).as_posix()
+    record = root / ".snakemake" / "metadata" / base64.urlsafe_b64encode(name.encode()).decode()
+    assert record.is_file(), f"no Snakemake record of {name}"
+    return json.loads(record.read_text())["rule"]
+
+
+# -- the run ----------------------------------------------------------------------------
+def test_every_claim_of_every_experiment_is_judged(quick: Path):
+    claims = read_claims(layout(quick).claims_table)
+    made = {(c.experiment, c.hypothesis) for c in claims}
+    for name in experiments.available():
+        expected = {(name, hypothesis) for hypothesis in ledger.entries(name)}
+        assert expected, f"{name} has no claims ledger"
+        assert expected <= made, f"{name}: no row for {sorted(expected - made)}"
+    for c in claims:
+        what = f"{c.experiment} [{c.runtime}] {c.hypothesis}"
+        assert c.verdict in VERDICTS, what
+        assert c.kind in KINDS, f"{what}: kind {c.kind!r}"
+        assert c.kind == ledger.entries(c.experiment)[c.hypothesis].kind, what
+        # judged on an interval, with what it rests on; or, where quick's small grid lacks
+        # the claim's points, inconclusive with the reason
+        assert c.basis.strip() or (c.verdict == "inconclusive" and c.reason.strip()), what
+    based = {c.experiment for c in claims if c.basis.strip()}
+    # the experiments whose claims' points quick.yaml's grid holds: an interval and a basis
+    assert based >= {"file_read", "syscall", "ring", "http"}, based
+
+
+def test_every_table_has_the_counter_columns_and_each_row_says_what_was_counted(quick: Path):
+    """config.yaml's ``measure.counters: claims``, which quick.yaml keeps: every point a
+    claim compares gets a counting pass, with its counts or perf's reason; the others say
+    they were not counted."""
+    tried = 0
+    for name in experiments.available():
+        experiment = experiments.get(name)
+        table = pd.read_csv(layout(quick).table(name))
+        assert len(table), f"{name}: an empty table"
+        missing = [c for c in counters.COLUMNS if c not in table]
+        assert not missing, f"{name}: no column(s) {missing}"
+        status = table["counters"]
+        assert status.notna().all() and (status.astype(str).str.strip() != "").all(), name
+        ok = table[status == counters.OK]
+        assert ok["task_clock_ns_per_unit"].gt(0).all(), name  # counted: its counts
+        assert ok["counters_scope"].notna().all() and ok["counters_units"].notna().all()
+        claimed = table.apply(lambda row, e=experiment: e.used_by_claims(
+            {a: row[a] for a in e.axes}), axis=1).astype(bool)
+        not_tried = table.loc[claimed & (status == counters.NOT_COUNTED), list(experiment.axes)]
+        assert not_tried.empty, f"{name}: claim points not counted:\n{not_tried}"
+        tried += int((status != counters.NOT_COUNTED).sum())
+    assert tried, "no counting pass at any point of the quick run"
+
+
+def test_the_c_programs_and_erlang_modules_were_compiled_by_their_rules(quick: Path):
+    where = layout(quick)
+    for program in jobs.native_sources():
+        binary = where.native_binary(program)
+        assert binary.is_file() and binary.stat().st_mode & 0o111, binary
+        assert rule_that_wrote(quick, binary) == "native_program"
+        assert where.log(program, "build.log").is_file()
+    for module in jobs.erlang_sources():
+        beam = where.erlang_beams / f"{module}.beam"
+        assert beam.is_file() and beam.stat().st_size, beam
+        assert rule_that_wrote(quick, beam) == "erlang_beam"
+        assert where.log("erlang", f"{module}.log").is_file()
+
+
+def test_spawn_ran_through_snakemake_for_every_primitive(quick: Path):
+    table = pd.read_csv(layout(quick).table("spawn"))
+    skipped = {p["variant"] for p in json.loads(layout(quick).skipped.read_text())
+               if p["experiment"] == "spawn"}
+    assert set(table["variant"]) | skipped == set(QUICK["spawn"]["primitives"])
+    assert table["rate"].gt(0).all()
+    for result in map(Path, table["result_file"]):  # each written by a Snakemake job
+        files = sorted((quick / result).glob("round=*.json")) or [quick / result]
+        for path in files:
+            assert rule_that_wrote(quick, path).startswith("spawn"), path
+
+
+# -- the user commands on its output ----------------------------------------------------
+@pytest.fixture(scope="module")
+def made(quick: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``perfgrid archive results/quick ARCHIVE`` of the run."""
+    out = tmp_path_factory.mktemp("archive") / f"perfgrid-{HOST}.tar.gz"
+    perfgrid(quick, "archive", f"results/{HOST}", str(out))
+    assert out.is_file() and Path(f"{out}.sha256").is_file()
+    return out
+
+
+@pytest.fixture(scope="module")
+def let_go(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A result set with rounds a look let go (tests/test_compare.py builds it)."""
+    return rounds_folder(tmp_path_factory.mktemp("let-go"), "letgo", 1.0)
+
+
+def test_compare_of_the_run_with_itself(quick: Path, tmp_path: Path):
+    done = perfgrid(quick, "compare", f"results/{HOST}", f"results/{HOST}",
+                    "--out", str(tmp_path))
+    assert "0 claims changed verdict" in done.stdout
+    assert re.search(r"\b0 of [1-9]\d* testable points significant", done.stdout), done.stdout
+    points = pd.read_csv(tmp_path / "points.csv")
+    assert len(points) == sum(len(pd.read_csv(layout(quick).table(name)))
+                              for name in experiments.available())
+    assert points["ratio_b_over_a"].dropna().eq(1.0).all()
+    assert (tmp_path / "compare.md").is_file() and (tmp_path / "compare.html").is_file()
+
+
+def test_compare_of_the_run_with_its_archive(quick: Path, made: Path, tmp_path: Path):
+    perfgrid(quick, "compare", f"results/{HOST}", str(made), "--out", str(tmp_path))
+    assert (tmp_path / "compare.html").is_file()
+
+
+def test_compare_of_a_result_set_with_rounds_let_go(let_go: Path, tmp_path: Path):
+    done = perfgrid(tmp_path, "compare", str(let_go), str(let_go), "--out", str(tmp_path / "c"))
+    assert "file_read: 1 points compared" in done.stdout
+    assert "Rounds let go" in (tmp_path / "c" / "compare.md").read_text()
+
+
+def test_verify_passes_on_the_archive(made: Path):
+    done = perfgrid(made.parent, "verify", str(made))
+    assert "OK" in done.stdout
+
+
+def test_a_report_from_the_archive_alone(quick: Path, made: Path, tmp_path: Path):
+    fresh = tmp_path / "fresh"
+    perfgrid(tmp_path, "report", str(made), "-o", str(fresh))
+    assert (fresh / "report.html").is_file() and (fresh / "report.md").is_file()
+    ran = layout(quick).root / "tables"
+    assert sorted(p.name for p in (fresh / "tables").iterdir()) == sorted(
+        p.name for p in ran.iterdir())
+    for table in ran.iterdir():  # the archive's raw results alone give the run's tables
+        assert (fresh / "tables" / table.name).read_bytes() == table.read_bytes(), table.name
+
+
+def test_a_gallery_of_the_run_and_a_set_with_rounds_let_go(quick: Path, made: Path,
+                                                          let_go: Path, tmp_path: Path):
+    site = tmp_path / "site"
+    done = perfgrid(tmp_path, "gallery", str(made), str(let_go), "-o", str(site))
+    assert f"({HOST}, letgo)" in done.stdout
+    assert (site / "index.html").is_file() and (site / "matrix.csv").is_file()
+
+
+def test_aa_of_the_run_with_itself(quick: Path, tmp_path: Path):
+    done = perfgrid(quick, "aa", f"results/{HOST}", f"results/{HOST}", "--out", str(tmp_path))
+    assert (tmp_path / "aa.csv").is_file()
+    assert "table written to" in done.stdout
