@@ -251,3 +251,21 @@ def job_counts(output: str) -> dict[str, int]:
     return {m.group(1): int(m.group(2))
             for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.MULTILINE)
             if m.group(1) != "total"}
+
+
+#: the system Chromium the browser tests drive through playwright, and its arguments
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def watched_page(browser, width: int, problems: list[str]):
+    """(context, page) of an offline Chromium window ``width`` px wide whose console
+    errors, page errors and failed requests are appended to ``problems``."""
+    context = browser.new_context(viewport={"width": width, "height": 900}, offline=True)
+    page = context.new_page()
+    page.on("console", lambda m: problems.append(f"{m.type}: {m.text}")
+            if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("requestfailed", lambda r: problems.append(f"failed: {r.url}"))
+    return context, page

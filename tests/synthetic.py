@@ -105,6 +105,12 @@ def result_folder(root: Path, host: str, speed: float,
                            metadata=meta, collect_metadata=False) for _ in range(processes)]
         pyperf.Benchmark(runs).dump(str(path))
         paths.append(path)
+    return file_read_table(root, host, paths)
+
+
+def file_read_table(root: Path, host: str, paths: list[Path]) -> Path:
+    """results/<host> under ``root`` with the file_read table built from ``paths`` (raw
+    pyperf files), as the table rule writes it."""
     folder = root / "results" / host
     (folder / "tables").mkdir(parents=True)
     aggregate.build_table("file_read", paths).to_csv(folder / "tables" / "file_read.csv",

@@ -10,11 +10,11 @@ import pandas as pd
 import pyperf
 import pytest
 
-from perfgrid import aggregate, cli, compare, looks
+from perfgrid import cli, compare, looks
 from perfgrid.experiments import get
 from perfgrid.paths import Layout
 
-from synthetic import result_folder
+from synthetic import file_read_table, result_folder
 
 
 def _groups(rng: np.random.Generator, mean: float, processes: int, values: int = 3,
@@ -317,11 +317,7 @@ def rounds_folder(root: Path, host: str, speed: float, measured: int = 2,
                                metadata=meta, collect_metadata=False) for _ in range(3)]
             pyperf.Benchmark(runs).dump(str(path))
         paths.append(path)
-    folder = root / "results" / host
-    (folder / "tables").mkdir(parents=True)
-    aggregate.build_table("file_read", paths).to_csv(folder / "tables" / "file_read.csv",
-                                                     index=False)
-    return folder
+    return file_read_table(root, host, paths)
 
 
 def test_compare_leaves_out_the_rounds_let_go_and_counts_them(tmp_path):

@@ -119,13 +119,7 @@ def memory_file():
     shm = Path("/dev/shm")
     if not shm.is_dir() or file_system_of(shm) not in IN_MEMORY:
         pytest.skip("no tmpfs at /dev/shm")
-    scratch = Path(tempfile.mkdtemp(prefix="perfgrid-", dir=shm))
-    try:
-        path = scratch / "small.bin"
-        testfile.generate(path, 1 << 20, seed=7)
-        yield path
-    finally:
-        shutil.rmtree(scratch)
+    yield from _seeded_file(shm, "perfgrid-", 1 << 20)
 
 
 def test_a_file_the_page_cache_cannot_drop_is_measured_and_flagged_not_cold(memory_file):
@@ -146,14 +140,20 @@ def disk_file():
     repository's (git-ignored) .pytest_cache, on the disk the checkout is on."""
     parent = REPO / ".pytest_cache"
     parent.mkdir(exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="cold-cache-", dir=parent))
+    kind = file_system_of(parent)
+    if kind in IN_MEMORY:
+        pytest.skip(f"the repository itself is on a {kind}: no disk-backed folder to "
+                    f"evict a file from")
+    yield from _seeded_file(parent, "cold-cache-", 4 << 20)
+
+
+def _seeded_file(parent: Path, prefix: str, size: int):
+    """A seeded random file of ``size`` bytes in a new folder under ``parent``; the folder
+    removed afterwards (a fixture's body: ``yield from``)."""
+    scratch = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
     try:
-        kind = file_system_of(scratch)
-        if kind in IN_MEMORY:
-            pytest.skip(f"the repository itself is on a {kind}: no disk-backed folder to "
-                        f"evict a file from")
         path = scratch / "small.bin"
-        testfile.generate(path, 4 << 20, seed=7)
+        testfile.generate(path, size, seed=7)
         yield path
     finally:
         shutil.rmtree(scratch)

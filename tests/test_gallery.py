@@ -27,11 +27,10 @@ from perfgrid import archive, cli, gallery
 from perfgrid.analysis import Claim
 from perfgrid.report.claims import read_claims, write_claims
 
-from helpers import REPO
+from helpers import CHROMIUM, CHROMIUM_ARGS, REPO, watched_page
 from synthetic import result_folder
 
 ARTIFACTS = REPO / "test-artifacts"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 #: host label -> (speed, CPUs: workers auto gives 1, 2, 4, ... up to them)
 HOSTS = {"alpha": (1.0, 4), "beta": (0.8, 2), "c$1$": (1.3, 8)}
 POINTS = (("read", 4, 3), ("dd", 3, 3))
@@ -318,19 +317,10 @@ def test_the_site_opens_offline_in_chromium_at_desktop_and_phone_width(site: Pat
     widths = {}
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run"])
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             for width in (1280, 400):
-                context = browser.new_context(viewport={"width": width, "height": 900},
-                                              offline=True)
-                page = context.new_page()
-                page.on("console", lambda m: problems.append(f"{m.type}: {m.text}")
-                        if m.type == "error" else None)
-                page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-                page.on("requestfailed", lambda r: problems.append(f"failed: {r.url}"))
+                context, page = watched_page(browser, width, problems)
                 page.on("request", lambda r: requests.append(r.url))
                 for name in pages:
                     page.goto((site / name).as_uri(), wait_until="load")

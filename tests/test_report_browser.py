@@ -13,13 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO
+from helpers import CHROMIUM, CHROMIUM_ARGS, REPO, watched_page
 from synthetic import result_folder
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = REPO / "test-artifacts"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
 #: viewport widths: a desktop window and a phone
 WIDTHS = (1280, 400)
 
@@ -37,7 +34,7 @@ def test_report_renders_offline_with_every_image(tree):
     requests: list[str] = []
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(
-            executable_path=CHROMIUM, args=ARGS)
+            executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.on("request", lambda r: requests.append(r.url))
@@ -87,16 +84,10 @@ def test_every_page_opens_without_error_or_sideways_scroll_at_desktop_and_phone_
     widths: dict[tuple[int, str], list[int]] = {}
     tables: dict[tuple[int, str], int] = {}
     with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             for width in WIDTHS:
-                context = browser.new_context(viewport={"width": width, "height": 900},
-                                              offline=True)
-                page = context.new_page()
-                page.on("console", lambda m: problems.append(f"{m.type}: {m.text}")
-                        if m.type == "error" else None)
-                page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-                page.on("requestfailed", lambda r: problems.append(f"failed: {r.url}"))
+                context, page = watched_page(browser, width, problems)
                 for name, path in pages.items():
                     page.goto(path.as_uri(), wait_until="load")
                     widths[(width, name)] = page.evaluate(
