@@ -24,7 +24,7 @@ S = 0.05  # each claim's standard error on the log scale, unless a test says oth
 @pytest.fixture(autouse=True)
 def no_between_run(monkeypatch):
     """No between-run component unless a test sets one (recorded runs may ship one)."""
-    monkeypatch.setattr(betweenrun, "tau", lambda experiment: 0.0)
+    monkeypatch.setattr(betweenrun, "tau", lambda *claim: 0.0)
 
 
 def row(n: int, value: float = 1.5, verdict: str = "reproduced", s: float = S,
@@ -108,9 +108,10 @@ def test_a_between_run_component_widens_the_test_and_flags_less(monkeypatch):
                **{str(i): {"s": 0.03} for i in range(3, 6)})
     assert aa.counts(aa.judge(a, b))["flagged"] == 3
     asked = []
-    monkeypatch.setattr(betweenrun, "tau", lambda e: asked.append(e) or 0.2)
+    monkeypatch.setattr(betweenrun, "tau", lambda *claim: asked.append(claim) or 0.2)
     table = aa.judge(a, b)
-    assert aa.counts(table)["flagged"] == 0 and set(asked) == {"file_read"}
+    assert aa.counts(table)["flagged"] == 0
+    assert {claim[0] for claim in asked} == {"file_read"} and {len(c) for c in asked} == {3}
     assert table["se"].iloc[0] == pytest.approx(math.sqrt(2 * 0.03**2 + 2 * 0.2**2))
     assert (table["tau"] == 0.2).all()
 
@@ -122,7 +123,7 @@ def test_the_between_run_part_an_interval_already_holds_is_counted_once(monkeypa
     side = math.sqrt((z * inner) ** 2 + (z * tau) ** 2)
     held = {"ci_low": 1.5 * math.exp(-side), "ci_high": 1.5 * math.exp(side), "tau": tau}
     assert aa.within_se(pd.Series(row(0, **held)))[0] == pytest.approx(inner)
-    monkeypatch.setattr(betweenrun, "tau", lambda e: tau)
+    monkeypatch.setattr(betweenrun, "tau", lambda *claim: tau)
     table = aa.judge(frame(row(0, **held)), frame(row(0, value=1.6, **{
         **held, "ci_low": 1.6 * math.exp(-side), "ci_high": 1.6 * math.exp(side)})))
     assert table["se"].iloc[0] == pytest.approx(math.sqrt(2 * inner**2 + 2 * tau**2))

@@ -90,7 +90,7 @@ def test_the_ledger_margin_decides_at_the_threshold(tmp_path, monkeypatch) -> No
     a narrow one: the margin comes from the ledger, not from a constant."""
     from perfgrid import betweenrun
 
-    monkeypatch.setattr(betweenrun, "tau", lambda experiment: 0.0)
+    monkeypatch.setattr(betweenrun, "tau", lambda *claim: 0.0)
     quantity = paired(1.5, {i: math.log(1.5) + d for i, d in
                             enumerate((-0.01, 0.0, 0.01, 0.0, 0.005), 1)})
     readings = {}

@@ -7,8 +7,8 @@ and criterion): the difference of log estimates ``d = ln a - ln b``, its standar
 at ``Q`` over every claim with both estimates. Each run's ``se`` is read off its interval
 at its own level, ``(ln hi - ln lo) / (2 z)``, less the between-run part that interval
 already holds (its ``tau`` column, :class:`perfgrid.stats.Widened`); ``tau`` is the
-between-run standard deviation of the claim's experiment (:func:`perfgrid.betweenrun.tau`),
-once for each run. Beside the estimates, the readings: whether they differ, and whether
+claim's between-run standard deviation (:func:`perfgrid.betweenrun.tau`), once for each
+run. Beside the estimates, the readings: whether they differ, and whether
 they contradict (reproduced in one run, not reproduced in the other), the failure that
 matters. Claims in one run only are listed apart; a claim without an interval in a run
 has its reading compared and its estimate test "n/a".
@@ -44,23 +44,20 @@ COLUMNS = [*KEY, "present", "verdict_a", "verdict_b", "readings_differ", "contra
 
 def within_se(row: pd.Series) -> tuple[float | None, str]:
     """(standard error of ``ln value`` inside the run, "") from the row's interval at its
-    own ``level``, less the between-run part it holds (``tau``); (None, why) where the row
-    has no usable estimate or interval."""
-    value, low, high = (float(row.get(k, math.nan)) for k in ("value", "ci_low", "ci_high"))
-    level = float(row.get("level", math.nan))
-    level = 0.95 if math.isnan(level) else level
+    own ``level``, less the between-run part it holds (``tau``,
+    :func:`perfgrid.betweenrun.within_interval`); (None, why) where the row has no usable
+    estimate or interval."""
+    value = float(row.get("value", math.nan))
     if not (math.isfinite(value) and value > 0):
         return None, "no estimate"
-    if not (math.isfinite(low) and math.isfinite(high) and 0 < low <= value <= high
-            and low < high):
-        return None, "no interval"
-    if not 0 < level < 1:
+    level = float(row.get("level", math.nan))
+    if not (math.isnan(level) or 0 < level < 1):
         return None, f"interval level {level!r} is not a probability"
-    z = float(sps.norm.ppf(0.5 + level / 2))
-    held = float(row.get("tau", math.nan))
-    extra = (z * held) ** 2 if math.isfinite(held) and held > 0 else 0.0
-    sides = (math.log(value) - math.log(low), math.log(high) - math.log(value))
-    return sum(math.sqrt(max(0.0, side**2 - extra)) for side in sides) / (2 * z), ""
+    bounds = betweenrun.within_interval(row)
+    if bounds is None:
+        return None, "no interval"
+    z = float(sps.norm.ppf(0.5 + (0.95 if math.isnan(level) else level) / 2))
+    return (math.log(bounds[1]) - math.log(bounds[0])) / (2 * z), ""
 
 
 def _index(claims: pd.DataFrame, label: str) -> dict[tuple[str, ...], pd.Series]:
@@ -117,7 +114,7 @@ def judge(a: pd.DataFrame, b: pd.DataFrame, q: float = Q) -> pd.DataFrame:
             row["estimate_test"] = f"n/a: {' and '.join(whys)}"
             rows.append(row)
             continue
-        tau = float(betweenrun.tau(key[0]))
+        tau = float(betweenrun.tau(key[0], key[1], key[2]))
         se = math.sqrt(se_a**2 + se_b**2 + 2 * tau**2)
         d = math.log(row["value_a"]) - math.log(row["value_b"])
         row.update(d=d, se=se, tau=tau)

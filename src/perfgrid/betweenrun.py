@@ -3,13 +3,21 @@
 An interval over the rounds of one run covers the noise inside that run. Two runs of one
 commit on two VMs of one kind differ by more (the host, the day, the neighbours), so a
 verdict about the machine adds a between-run component ``tau`` (a standard deviation on
-the log scale) per experiment, estimated from the recorded full runs shipped in
-``perfgrid/data/recorded_runs.csv``: each claim's runs give a DerSimonian-Laird moment
-equation, and an experiment's claims share one ``tau^2`` (their equations summed, as for a
-common between-study variance). An experiment whose recorded claims cannot tell it (fewer
-than two runs of any claim) takes the estimate pooled over every experiment. Only the runs
-of this project's machine kind (:data:`MACHINE_KIND` in their host) count: the record also
-holds runs on an earlier host, whose spread is not this one's.
+the log scale), estimated from the recorded full runs shipped in
+``perfgrid/data/recorded_runs.csv`` by DerSimonian-Laird's moment equation.
+
+The component is a claim's own where the record holds :data:`OWN_RUNS` or more runs of
+that claim: runs differ by claim, far more for an absolute cost (which follows the host's
+speed) than for a ratio of two figures measured side by side in one run. A claim recorded
+fewer times takes its experiment's estimate, in which every claim of the experiment
+measured twice or more adds its equation (a common between-run variance), and an
+experiment that cannot tell it takes the estimate pooled over every experiment. Only the
+runs of this project's machine kind (:data:`MACHINE_KIND` in their host) count: the record
+also holds runs on an earlier host, whose spread is not this one's.
+
+The record's claims tables hold intervals over the noise inside each run: a run of this
+perfgrid adds its own with ``perfgrid record`` (:func:`record_rows`), which takes the
+between-run part its intervals hold back out (:func:`within_interval`).
 """
 
 from __future__ import annotations
@@ -21,6 +29,14 @@ from importlib import resources
 DATA = "recorded_runs.csv"
 #: the recorded runs whose host names this are of the machine kind the project runs on
 MACHINE_KIND = "AMD EPYC"
+#: a claim recorded in this many runs or more has a between-run component of its own;
+#: below it, a variance from so few runs is too unsteady to stand alone
+OWN_RUNS = 5
+#: what makes two recorded rows the same claim
+CLAIM = ["experiment", "runtime", "hypothesis"]
+#: the record's columns, in order
+COLUMNS = ["run_label", "date", "session_note", "host", "config", "experiment", "runtime",
+           "hypothesis", "value", "ci_low", "ci_high", "level", "verdict", "quoted"]
 
 
 @functools.cache
@@ -40,16 +56,19 @@ def recorded():
     return frame
 
 
+def _usable(frame):
+    return frame[(frame["value"] > 0) & (frame["ci_low"] > 0)
+                 & (frame["ci_high"] > frame["ci_low"])]
+
+
 def moments(frame) -> tuple[float, float, float]:
     """(Q - df, C, claims) summed over the claims of ``frame`` measured in two or more runs:
     DerSimonian-Laird's moment equation ``E[Q] = df + C tau^2`` per claim, each run's
     within-run variance read from its interval (``((ln hi - ln lo) / 2 z)^2``)."""
     from scipy.stats import norm
 
-    usable = frame[(frame["value"] > 0) & (frame["ci_low"] > 0)
-                   & (frame["ci_high"] > frame["ci_low"])]
     excess, c_sum, claims = 0.0, 0.0, 0
-    for _, runs in usable.groupby(["experiment", "runtime", "hypothesis"]):
+    for _, runs in _usable(frame).groupby(CLAIM):
         runs = runs.drop_duplicates("run")
         if len(runs) < 2:
             continue
@@ -72,46 +91,142 @@ def _tau(frame) -> float | None:
     return math.sqrt(max(0.0, excess / c_sum))
 
 
+def _own(frame, experiment: str, runtime: str | None, hypothesis: str | None):
+    """The recorded rows of one claim, where it is recorded in :data:`OWN_RUNS` runs or
+    more; None otherwise."""
+    if runtime is None or hypothesis is None:
+        return None
+    rows = _usable(frame)
+    rows = rows[(rows["experiment"] == experiment) & (rows["runtime"] == runtime)
+                & (rows["hypothesis"] == hypothesis)]
+    return rows if rows["run"].nunique() >= OWN_RUNS else None
+
+
 @functools.cache
-def tau(experiment: str) -> float:
-    """The between-run standard deviation of experiment ``experiment``'s claims, on the
-    log scale: from its own recorded claims, else pooled over every experiment's; 0.0
-    where no recorded runs tell it."""
+def estimate(experiment: str, runtime: str | None = None,
+             hypothesis: str | None = None) -> tuple[float, str]:
+    """(tau, where from) for a claim: ``claim`` (its own recorded runs), ``experiment``,
+    ``pooled`` (every experiment's) or ``none`` (no recorded runs tell it: 0.0)."""
     frame = recorded()
     if frame.empty:
-        return 0.0
-    own = _tau(frame[frame["experiment"] == experiment])
-    if own is not None:
-        return own
-    pooled = _tau(frame)
-    return pooled if pooled is not None else 0.0
+        return 0.0, "none"
+    own = _own(frame, experiment, runtime, hypothesis)
+    if own is not None and (value := _tau(own)) is not None:
+        return value, "claim"
+    if (value := _tau(frame[frame["experiment"] == experiment])) is not None:
+        return value, "experiment"
+    if (value := _tau(frame)) is not None:
+        return value, "pooled"
+    return 0.0, "none"
 
 
-def source(experiment: str) -> str:
-    """Where :func:`tau` of ``experiment`` comes from: ``own``, ``pooled`` or ``none``."""
-    frame = recorded()
-    if frame.empty:
-        return "none"
-    return "own" if _tau(frame[frame["experiment"] == experiment]) is not None else (
-        "pooled" if _tau(frame) is not None else "none")
+def tau(experiment: str, runtime: str | None = None, hypothesis: str | None = None) -> float:
+    """The between-run standard deviation of a claim (of an experiment, without
+    ``runtime`` and ``hypothesis``), on the log scale (:func:`estimate`)."""
+    return estimate(experiment, runtime, hypothesis)[0]
 
 
 def describe(claims) -> str:
-    """One sentence for the report: the between-run component each experiment's claims
-    hold, and the recorded runs it was estimated from."""
+    """One paragraph for the report: the between-run components this run's claims hold,
+    where each came from, and the recorded runs they were estimated from."""
     frame = recorded()
     if frame.empty or "experiment" not in claims or claims.empty:
         return ("No recorded runs ship with this perfgrid, so the intervals hold the noise "
                 "inside this run only: a second run may differ by more.")
     parts = []
     for name in dict.fromkeys(claims["experiment"]):
-        where = source(name)
-        parts.append(f"{name} {tau(name):.1%}" + (" (pooled)" if where == "pooled" else ""))
+        mine = claims[claims["experiment"] == name]
+        found = [estimate(name, r, h) for r, h in zip(mine.get("runtime", [None] * len(mine)),
+                                                     mine.get("hypothesis", [None] * len(mine)),
+                                                     strict=True)] or [estimate(name)]
+        low, high = min(t for t, _ in found), max(t for t, _ in found)
+        own = sum(where == "claim" for _, where in found)
+        span = f"{low:.1%}" if math.isclose(low, high) else f"{low:.1%} to {high:.1%}"
+        parts.append(f"{name} {span} ({own} of {len(found)} claims their own)")
     runs = frame.drop_duplicates("run")
     dates = sorted(str(d) for d in runs["date"].dropna().unique())
     span = f"{dates[0]} to {dates[-1]}" if len(dates) > 1 else (dates[0] if dates else "")
-    return (f"Each interval also holds a between-run standard deviation (log scale) per "
-            f"experiment, {', '.join(parts)}, estimated from {len(runs)} recorded full runs "
-            f"of this project's machine kind ({span}; perfgrid/data/{DATA}); \"pooled\": "
-            f"that experiment's own recorded claims could not tell it. So a verdict speaks "
-            f"of the machine, not of one run's hour.")
+    return (f"Each interval also holds a between-run standard deviation (log scale): a "
+            f"claim's own where {OWN_RUNS} or more recorded runs measured it, else its "
+            f"experiment's; {'; '.join(parts)}. Estimated from {len(runs)} recorded full "
+            f"runs of this project's machine kind ({span}; perfgrid/data/{DATA}), each "
+            f"claim's column tau gives its own. So a verdict speaks of the machine, not of "
+            f"one run's hour.")
+
+
+def within_interval(row) -> tuple[float, float] | None:
+    """A claims table row's interval (at its own ``level``) less the between-run part it
+    holds (its ``tau`` column, :class:`perfgrid.stats.Widened`): each side on the log
+    scale shrinks to ``sqrt(side^2 - (z tau)^2)``. None where the row has no estimate or
+    no interval around it."""
+    from scipy.stats import norm
+
+    value, low, high = (float(row.get(k, math.nan)) for k in ("value", "ci_low", "ci_high"))
+    level = float(row.get("level", math.nan))
+    level = 0.95 if math.isnan(level) else level
+    if not (math.isfinite(value) and value > 0 and math.isfinite(low) and math.isfinite(high)
+            and 0 < low <= value <= high and low < high and 0 < level < 1):
+        return None
+    held = float(row.get("tau", math.nan))
+    extra = (float(norm.ppf(0.5 + level / 2)) * held) ** 2 if held > 0 else 0.0
+    below = math.sqrt(max(0.0, math.log(value / low) ** 2 - extra))
+    above = math.sqrt(max(0.0, math.log(high / value) ** 2 - extra))
+    return value * math.exp(-below), value * math.exp(above)
+
+
+def record_rows(claims, label: str, date: str, host: str, note: str, config: str = "full"):
+    """A run's claims table as rows of the record (:data:`COLUMNS`): each claim's estimate
+    with its within-run interval (:func:`within_interval`); a claim without one keeps an
+    empty interval, so it counts for nothing."""
+    import pandas as pd
+
+    rows = []
+    for _, row in claims.iterrows():
+        bounds = within_interval(row)
+        rows.append({"run_label": label, "date": date, "session_note": note, "host": host,
+                     "config": config, "experiment": row["experiment"],
+                     "runtime": row["runtime"], "hypothesis": row["hypothesis"],
+                     "value": row["value"], "ci_low": bounds[0] if bounds else math.nan,
+                     "ci_high": bounds[1] if bounds else math.nan,
+                     "level": row.get("level", 0.95), "verdict": row["verdict"],
+                     "quoted": row.get("measured", "")})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def record(run: str, label: str, note: str, to: str | None = None) -> tuple[str, int]:
+    """Add run ``run`` (a results/<host> folder or an archive) to the record at ``to``
+    (default: the shipped one) under ``label`` and the date it started; the host is read
+    from its machine.json. Refuses a run already recorded (the same label and date).
+    Returns (the record's path, rows added)."""
+    import datetime
+    import json
+    import tempfile
+    from pathlib import Path
+
+    import pandas as pd
+
+    from perfgrid import aa, compare
+    from perfgrid.atomic import write_text
+
+    target = Path(to) if to else Path(str(resources.files("perfgrid.data").joinpath(DATA)))
+    with tempfile.TemporaryDirectory(prefix="perfgrid-record-") as scratch:
+        folder = compare.resolve(run, Path(scratch)) if Path(run).is_file() else Path(run)
+        claims = aa.claims_of(str(folder), Path(scratch) / "claims")
+        machine = json.loads((folder / "machine.json").read_text())
+        started = json.loads((folder / "run.json").read_text()).get("started")
+    date = (datetime.datetime.fromtimestamp(started, datetime.UTC).date().isoformat()
+            if started else datetime.date.today().isoformat())
+    host = (f"{machine.get('cpus_logical', '?')}-CPU {machine.get('cpu_model', '?')} "
+            f"({machine.get('hostname', '?')}), "
+            f"{machine.get('memory_bytes', 0) / 2**30:.1f} GiB")
+    old = pd.read_csv(target) if target.is_file() else pd.DataFrame(columns=COLUMNS)
+    if ((old["run_label"].astype(str) == label) & (old["date"].astype(str) == date)).any():
+        raise ValueError(f"{target}: a run labelled {label!r} on {date} is already recorded")
+    rows = record_rows(claims, label, date, host, note)
+    kept = target.read_text() if target.is_file() else ",".join(COLUMNS) + "\n"
+    # the old lines as they were, the run's after them
+    write_text(target, kept + ("" if kept.endswith("\n") else "\n")
+               + rows.to_csv(index=False, header=False))
+    recorded.cache_clear()
+    estimate.cache_clear()
+    return str(target), len(rows)

@@ -204,6 +204,17 @@ def _pool(args: argparse.Namespace) -> None:
           f"(seed and project: {counts}); written to {result['path']}")
 
 
+def _record(args: argparse.Namespace) -> None:
+    """``record RUN``: a full run's claims added to the recorded runs (perfgrid.betweenrun)."""
+    from perfgrid import betweenrun
+
+    try:
+        path, rows = betweenrun.record(args.run, args.label, args.note, args.to)
+    except (OSError, ValueError) as err:
+        raise SystemExit(f"perfgrid record: {err}") from None
+    print(f"perfgrid record: {rows} claims of {args.run} added to {path}")
+
+
 def _summary(args: argparse.Namespace) -> None:
     from perfgrid import compare
 
@@ -361,6 +372,14 @@ def main(argv: list[str] | None = None) -> None:
                    help="two result sets to judge (folders or archives); or, after --, "
                    "arguments passed on to snakemake")
     p.set_defaults(func=_aa_command)
+
+    p = sub.add_parser("record", help="add a full run's claims to the recorded runs the "
+                       "between-run component is estimated from (perfgrid.betweenrun)")
+    p.add_argument("run", help="a results/<host> folder or an archive of a full run")
+    p.add_argument("--label", required=True, help="the run's name in the record")
+    p.add_argument("--note", required=True, help="where its facts are (a session, a paper)")
+    p.add_argument("--to", help="the record to add to (default: the shipped one)")
+    p.set_defaults(func=_record)
 
     p = sub.add_parser("summary", help="every host's rates side by side")
     p.add_argument("results", help="the results folder: every <host> in it that has a table")

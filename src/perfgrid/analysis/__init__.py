@@ -114,7 +114,7 @@ def judged(experiment: str, hypothesis: str, criterion: str, quantity: Estimate,
     """A claim decided by the interval of ``quantity`` against ``op threshold``.
 
     The claims ledger's entry (perfgrid.ledger) gives the equivalence margin and must
-    state the same rule; the interval holds the experiment's between-run component
+    state the same rule; the interval holds the claim's between-run component
     (perfgrid.betweenrun). ``measured`` shows the estimate with its interval, then
     ``detail``; ``why`` the counters that explain it (:func:`why`).
     """
@@ -126,7 +126,7 @@ def judged(experiment: str, hypothesis: str, criterion: str, quantity: Estimate,
     margin = entry.margin if entry is not None else ledger.DEFAULT_MARGIN
     points = getattr(quantity, "points", frozenset())
     inner = quantity
-    tau = betweenrun.tau(experiment)
+    tau = betweenrun.tau(experiment, runtime, hypothesis)
     widen = quantity.inner if isinstance(quantity, Share) else quantity
     if tau > 0 and widen.value > 0 and widen.has_interval:
         widened = Widened(widen, tau)
