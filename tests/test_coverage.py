@@ -331,7 +331,7 @@ def test_a_run_with_the_between_run_component_covers_the_machines_truth(
         run_truth = truth * float(np.exp(rng.normal(0, tau)))
         quantity = _paired_claim(rng, run_truth, sd, 3)
         for used in covered:
-            monkeypatch.setattr(betweenrun, "tau", lambda experiment, used=used: used)
+            monkeypatch.setattr(betweenrun, "tau", lambda *claim, used=used: used)
             claim = _judged(quantity)
             covered[used] += claim.ci_low <= truth <= claim.ci_high
     print(f"with tau: {covered[tau] / DRAWS:.3f}, without: {covered[0.0] / DRAWS:.3f}")
@@ -347,7 +347,7 @@ def test_a_truth_at_the_threshold_is_rarely_decided_either_way(
     reproduced: the rest read at the threshold or inconclusive."""
     from perfgrid import betweenrun
 
-    monkeypatch.setattr(betweenrun, "tau", lambda experiment: tau)
+    monkeypatch.setattr(betweenrun, "tau", lambda *claim: tau)
     rng = np.random.default_rng(37)
     readings = [_judged(_paired_claim(rng, 1.0 * float(np.exp(rng.normal(0, tau))), sd, 3)
                         ).verdict for _ in range(DRAWS)]
