@@ -234,3 +234,42 @@ def main(a_src: str, b_src: str, out_dir: Path) -> dict[str, Any]:
         table.to_csv(tmp, index=False)
     return {"table": table, "counts": counts(table), "text": summary(table), "path": path,
             "claims": (len(a), len(b))}
+
+
+def record(run: str, label: str, note: str, to: str | None = None) -> tuple[str, int]:
+    """Add run ``run`` (a results/<host> folder or an archive) to the recorded runs at
+    ``to`` (default: the shipped ones, perfgrid.betweenrun) under ``label`` and the date
+    it started; the host is read from its machine.json. Refuses a run already recorded
+    (the same label and date).
+    Returns (the record's path, rows added)."""
+    import datetime
+    import json
+    from importlib import resources
+
+    import pandas as pd
+
+    from perfgrid.atomic import write_text
+
+    shipped = resources.files("perfgrid.data").joinpath(betweenrun.DATA)
+    target = Path(to) if to else Path(str(shipped))
+    with tempfile.TemporaryDirectory(prefix="perfgrid-record-") as scratch:
+        folder = compare.resolve(run, Path(scratch)) if Path(run).is_file() else Path(run)
+        claims = claims_of(str(folder), Path(scratch) / "claims")
+        machine = json.loads((folder / "machine.json").read_text())
+        started = json.loads((folder / "run.json").read_text()).get("started")
+    date = (datetime.datetime.fromtimestamp(started, datetime.UTC).date().isoformat()
+            if started else datetime.date.today().isoformat())
+    host = (f"{machine.get('cpus_logical', '?')}-CPU {machine.get('cpu_model', '?')} "
+            f"({machine.get('hostname', '?')}), "
+            f"{machine.get('memory_bytes', 0) / 2**30:.1f} GiB")
+    old = pd.read_csv(target) if target.is_file() else pd.DataFrame(columns=betweenrun.COLUMNS)
+    if ((old["run_label"].astype(str) == label) & (old["date"].astype(str) == date)).any():
+        raise ValueError(f"{target}: a run labelled {label!r} on {date} is already recorded")
+    rows = betweenrun.record_rows(claims, label, date, host, note)
+    kept = target.read_text() if target.is_file() else ",".join(betweenrun.COLUMNS) + "\n"
+    # the old lines as they were, the run's after them
+    write_text(target, kept + ("" if kept.endswith("\n") else "\n")
+               + rows.to_csv(index=False, header=False))
+    betweenrun.recorded.cache_clear()
+    betweenrun.estimate.cache_clear()
+    return str(target), len(rows)

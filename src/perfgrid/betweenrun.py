@@ -16,8 +16,9 @@ runs of this project's machine kind (:data:`MACHINE_KIND` in their host) count: 
 also holds runs on an earlier host, whose spread is not this one's.
 
 The record's claims tables hold intervals over the noise inside each run: a run of this
-perfgrid adds its own with ``perfgrid record`` (:func:`record_rows`), which takes the
-between-run part its intervals hold back out (:func:`within_interval`).
+perfgrid adds its own with ``perfgrid record`` (:func:`perfgrid.aa.record`,
+:func:`record_rows`), which takes the between-run part its intervals hold back out
+(:func:`within_interval`).
 """
 
 from __future__ import annotations
@@ -192,41 +193,3 @@ def record_rows(claims, label: str, date: str, host: str, note: str, config: str
                      "quoted": row.get("measured", "")})
     return pd.DataFrame(rows, columns=COLUMNS)
 
-
-def record(run: str, label: str, note: str, to: str | None = None) -> tuple[str, int]:
-    """Add run ``run`` (a results/<host> folder or an archive) to the record at ``to``
-    (default: the shipped one) under ``label`` and the date it started; the host is read
-    from its machine.json. Refuses a run already recorded (the same label and date).
-    Returns (the record's path, rows added)."""
-    import datetime
-    import json
-    import tempfile
-    from pathlib import Path
-
-    import pandas as pd
-
-    from perfgrid import aa, compare
-    from perfgrid.atomic import write_text
-
-    target = Path(to) if to else Path(str(resources.files("perfgrid.data").joinpath(DATA)))
-    with tempfile.TemporaryDirectory(prefix="perfgrid-record-") as scratch:
-        folder = compare.resolve(run, Path(scratch)) if Path(run).is_file() else Path(run)
-        claims = aa.claims_of(str(folder), Path(scratch) / "claims")
-        machine = json.loads((folder / "machine.json").read_text())
-        started = json.loads((folder / "run.json").read_text()).get("started")
-    date = (datetime.datetime.fromtimestamp(started, datetime.UTC).date().isoformat()
-            if started else datetime.date.today().isoformat())
-    host = (f"{machine.get('cpus_logical', '?')}-CPU {machine.get('cpu_model', '?')} "
-            f"({machine.get('hostname', '?')}), "
-            f"{machine.get('memory_bytes', 0) / 2**30:.1f} GiB")
-    old = pd.read_csv(target) if target.is_file() else pd.DataFrame(columns=COLUMNS)
-    if ((old["run_label"].astype(str) == label) & (old["date"].astype(str) == date)).any():
-        raise ValueError(f"{target}: a run labelled {label!r} on {date} is already recorded")
-    rows = record_rows(claims, label, date, host, note)
-    kept = target.read_text() if target.is_file() else ",".join(COLUMNS) + "\n"
-    # the old lines as they were, the run's after them
-    write_text(target, kept + ("" if kept.endswith("\n") else "\n")
-               + rows.to_csv(index=False, header=False))
-    recorded.cache_clear()
-    estimate.cache_clear()
-    return str(target), len(rows)

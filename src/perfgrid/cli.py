@@ -206,10 +206,10 @@ def _pool(args: argparse.Namespace) -> None:
 
 def _record(args: argparse.Namespace) -> None:
     """``record RUN``: a full run's claims added to the recorded runs (perfgrid.betweenrun)."""
-    from perfgrid import betweenrun
+    from perfgrid import aa
 
     try:
-        path, rows = betweenrun.record(args.run, args.label, args.note, args.to)
+        path, rows = aa.record(args.run, args.label, args.note, args.to)
     except (OSError, ValueError) as err:
         raise SystemExit(f"perfgrid record: {err}") from None
     print(f"perfgrid record: {rows} claims of {args.run} added to {path}")
