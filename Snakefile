@@ -18,6 +18,7 @@ include: "workflow/rules/archive.smk"
 # measure nothing and read only results. Every other job runs on a node.
 localrules:
     all,
+    plan,
     used_config,
     skipped,
     table,
@@ -30,5 +31,5 @@ localrules:
 
 rule all:
     input:
-        all_outputs(),
+        glue.all_outputs(SETTINGS, LAYOUT),
     default_target: True

@@ -7,6 +7,7 @@ chore is done one way; ``conftest.py`` keeps only fixtures and hooks.
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import re
 import shutil
@@ -23,6 +24,17 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 FULL = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+
+
+def full_config() -> dict:
+    """config/config.yaml as the workflow reads it, on a copy: the schema's defaults filled
+    in (a section may leave keys to them, as a new experiment's may), derived values added,
+    ``workers: auto`` left as written."""
+    from perfgrid import configschema, settings
+
+    config = copy.deepcopy(FULL)
+    configschema.validate(config)
+    return settings.effective(config, check_disk=False)
 
 #: the Debian package that provides each tool the Makefile installs (`TEST_DEBS`)
 PACKAGE_OF = {"fio": "fio", "ab": "apache2-utils", "cc": "gcc", "erl": "erlang-nox",

@@ -113,6 +113,6 @@ def file_read_table(root: Path, host: str, paths: list[Path]) -> Path:
     pyperf files), as the table rule writes it."""
     folder = root / "results" / host
     (folder / "tables").mkdir(parents=True)
-    aggregate.build_table("file_read", paths).to_csv(folder / "tables" / "file_read.csv",
-                                                     index=False)
+    aggregate.write_table(aggregate.build_table("file_read", paths),
+                          Layout(folder).table("file_read"))
     return folder

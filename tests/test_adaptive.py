@@ -183,7 +183,7 @@ def test_rounds_of_a_point_merge_into_one_row_with_rounds_as_the_outer_level(tmp
     assert len(table) == 1
     row = table.iloc[0]
     assert (row["n_rounds"], row["n_processes"], row["n_values"]) == (3, 6, 12)
-    assert json.loads(row["process_rounds"]) == [1, 1, 2, 2, 3, 3]
+    assert row["process_rounds"] == [1, 1, 2, 2, 3, 3]
     assert row["ci_method"] == stats.METHOD_ROUNDS
     assert not row["converged"]  # round 2 missed its target
     assert (row["started"], row["finished"], row["measure_seconds"]) == (100, 310, 30)

@@ -120,7 +120,7 @@ def test_a_rows_figures_are_the_arithmetic_of_its_values(tmp_path):
     assert row["stdev_s"] == pytest.approx(0.136626, rel=1e-5)  # sample stdev of the 6 values
     assert row["cv"] == pytest.approx(0.136626 / (1.6 / 6), rel=1e-5)
     assert row["rate"] == pytest.approx(1000 / (1.6 / 6))
-    assert json.loads(row["process_values"]) == groups
+    assert row["process_values"] == groups
     assert row["ci_method"] == "hierarchical bootstrap"
     assert row["rate_ci_low"] < row["rate"] < row["rate_ci_high"]
     assert row["ci_rel"] == pytest.approx(
@@ -162,3 +162,144 @@ def test_a_table_rebuilt_elsewhere_names_its_results_as_the_run_did(tmp_path, mo
     plain = aggregate.build_table("file_read", [moved])
     assert plain.loc[0, "result_file"] == str(moved) != ran.loc[0, "result_file"]
     assert plain.loc[0, "rate_ci_low"] != ran.loc[0, "rate_ci_low"]
+
+
+# -- on disk: one value a cell, the lists in side tables ---------------------------------
+SYSCALL_POINT = {"variant": "native", "call": "getuid", "binding": "spread", "workers": 1}
+STEPS = [{"offered_rate": 100.0, "sent": 200, "p99_ms": 1.5, "saturated": False, "hdr": "HIST"},
+         {"offered_rate": 200.0, "sent": 400, "p99_ms": float("nan"), "saturated": True,
+          "hdr": ""}]
+
+
+def rounds_table(root: Path) -> pd.DataFrame:
+    """A syscall table of two points: one measured in three rounds (round 2 noisy, each
+    process with its own facts), one in a single job; the first carries a column of
+    records (as http's ``openloop_steps``)."""
+    paths = []
+    for pt, rounds in ((SYSCALL_POINT, (1, 2, 3)), ({**SYSCALL_POINT, "workers": 2}, (None,))):
+        for r in rounds:
+            path = root / LAYOUT.raw_result("syscall", pt, get("syscall").axes, round=r)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            meta = {"name": "x", "loops": 1, "perfgrid_experiment": "syscall",
+                    "perfgrid_point": json.dumps(pt, sort_keys=True),
+                    "perfgrid_runtime": "native", "perfgrid_work_per_loop": 1,
+                    "perfgrid_noisy": int(r == 2), **({"perfgrid_round": r} if r else {}),
+                    **{f"perfgrid_{k}": v for k, v in pt.items()}}
+            runs = [pyperf.Run([0.1 * f, 0.11 * f, 0.1 * f + 1e-17],
+                               metadata={**meta, "perfgrid_sys_s": 0.5 * f,
+                                         "perfgrid_user_s": 1 / 3},
+                               collect_metadata=False) for f in (0.99, 1.01)]
+            pyperf.Benchmark(runs).dump(str(path))
+            paths.append(path)
+    table = aggregate.build_table("syscall", paths)
+    table["openloop_steps"] = [STEPS, None]
+    common = aggregate.common_columns()  # in its place, as build_table puts its columns
+    return table[[*common, *sorted(c for c in table if c not in common)]]
+
+
+def test_a_written_table_and_its_side_tables_hold_one_value_a_cell(tmp_path):
+    table = rounds_table(tmp_path)
+    path = LAYOUT.table("syscall")
+    aggregate.write_table(table, tmp_path / path)
+    written = sorted((tmp_path / path.parent).glob("*.csv"))
+    assert [p.name for p in written] == sorted(
+        p.name for p in LAYOUT.table_files("syscall"))
+    for file in written:
+        cells = pd.read_csv(file, dtype=str, keep_default_na=False).to_numpy().ravel()
+        assert not [c for c in cells if c.startswith(("[", "{"))], file.name
+    on_disk = pd.read_csv(tmp_path / path)
+    assert not set(aggregate.LIST_COLUMNS) & set(on_disk.columns)
+    assert "openloop_steps" not in on_disk
+    values = pd.read_csv(tmp_path / LAYOUT.side_table("syscall", "values"))
+    assert list(values.columns) == ["row", "process", "round", "value_index", "value"]
+    assert len(values) == 3 * 2 * 3 + 2 * 3  # rounds x processes x values, and one job's
+    assert values[values["row"] == 1]["round"].isna().all()  # one job: no round
+    noisy = pd.read_csv(tmp_path / LAYOUT.side_table("syscall", "noisy_rounds"))
+    assert noisy.to_dict("records") == [{"row": 0, "round": 2}]
+    facts = pd.read_csv(tmp_path / LAYOUT.side_table("syscall", "process_facts"))
+    assert {"sys_s", "user_s"} <= set(facts["key"])
+    records = pd.read_csv(tmp_path / LAYOUT.side_table("syscall", "records"))
+    assert records[["row", "column", "item"]].values.tolist() == [
+        [0, "openloop_steps", 0], [0, "openloop_steps", 1]]
+
+
+def test_a_table_loads_back_as_it_was_built(tmp_path):
+    """Written and loaded, the table is the one built: lists in their cells, every value
+    to the last bit, the columns in their order."""
+    table = rounds_table(tmp_path)
+    path = tmp_path / LAYOUT.table("syscall")
+    aggregate.write_table(table, path)
+    loaded = aggregate.load_table(path)
+    assert list(loaded.columns) == list(table.columns)
+    for column in (*aggregate.LIST_COLUMNS, "openloop_steps"):
+        assert loaded[column].tolist()[0] == table[column].tolist()[0] or column == \
+            "openloop_steps", column
+    assert loaded["process_values"].tolist() == table["process_values"].tolist()
+    assert loaded["process_rounds"].tolist() == [[1, 1, 2, 2, 3, 3], None]
+    assert loaded["noisy_rounds"].tolist() == [[2], []]
+    assert loaded["process_metadata"].tolist() == table["process_metadata"].tolist()
+    steps = loaded["openloop_steps"].tolist()
+    assert steps[1] is None and [s["p99_ms"] for s in steps[0]][0] == 1.5
+    assert pd.isna(steps[0][1]["p99_ms"]) and steps[0][1]["hdr"] == ""
+    assert [{k: v for k, v in s.items() if k != "p99_ms"} for s in steps[0]] == [
+        {k: v for k, v in s.items() if k != "p99_ms"} for s in STEPS]
+    scalar = [c for c in table.columns if c not in (*aggregate.LIST_COLUMNS, "openloop_steps")]
+    pd.testing.assert_frame_equal(loaded[scalar], pd.read_csv(path), check_exact=True)
+
+    def missing(v: object) -> bool:  # a CSV reads "" and <NA> back as NaN
+        return v == "" if isinstance(v, str) else bool(pd.isna(v))
+
+    def cells(frame: pd.DataFrame) -> list[list]:
+        return [[None if missing(v) else v for v in frame[c]] for c in frame]
+
+    assert cells(loaded[scalar]) == cells(table[scalar])
+    # and what the table's figures come from is the same: the same intervals again
+    again = aggregate.rate_estimate(loaded.iloc[0])
+    assert again.interval() == aggregate.rate_estimate(table.iloc[0]).interval()
+    aggregate.check_table(loaded, path, get("syscall").axes)
+
+
+def test_a_table_from_before_side_tables_reads_as_one_with_them(tmp_path):
+    """An older table (an older archive's) holds its lists as JSON text in its cells: read,
+    they are the lists a table with side tables gives."""
+    table = rounds_table(tmp_path)
+    new = tmp_path / "new" / "syscall.csv"
+    aggregate.write_table(table, new)
+    old = tmp_path / "old" / "syscall.csv"
+    old.parent.mkdir()
+    legacy = table.copy()
+    for column in aggregate.LIST_COLUMNS:
+        legacy[column] = [json.dumps(c) if c is not None else "" for c in legacy[column]]
+    legacy["openloop_steps"] = [json.dumps(STEPS, separators=(",", ":")), None]
+    legacy.to_csv(old, index=False)
+    assert not any(p.exists() for p in aggregate.side_tables_of(old).values())
+    read_old = aggregate.read_table(old, get("syscall").axes)
+    read_new = aggregate.read_table(new, get("syscall").axes)
+    for column in ("process_values", "process_rounds", "process_metadata", "noisy_rounds"):
+        assert read_old[column].tolist() == read_new[column].tolist(), column
+    assert read_old["openloop_steps"].tolist()[0][0] == STEPS[0]
+    assert aggregate.rate_estimate(read_old.iloc[0]).interval() == aggregate.rate_estimate(
+        read_new.iloc[0]).interval()
+
+
+def test_every_table_leaves_the_side_tables_out(tmp_path):
+    from perfgrid.paths import every_table
+
+    aggregate.write_table(rounds_table(tmp_path), tmp_path / LAYOUT.table("syscall"))
+    assert every_table(tmp_path / "results") == [tmp_path / LAYOUT.table("syscall")]
+    assert Layout(tmp_path / LAYOUT.root).tables() == [tmp_path / LAYOUT.table("syscall")]
+
+
+def test_a_side_table_that_does_not_fit_its_table_is_refused_naming_it(tmp_path):
+    path = tmp_path / LAYOUT.table("syscall")
+    aggregate.write_table(rounds_table(tmp_path), path)
+    values = LAYOUT.side_table("syscall", "values")
+    table = pd.read_csv(path)
+    table.iloc[:1].to_csv(path, index=False)  # one row left: the values name row 1 too
+    with pytest.raises(ValueError, match="names a row its table .1 rows. has not") as refused:
+        aggregate.read_table(path, get("syscall").axes)
+    assert str(refused.value).startswith(str(tmp_path / values))
+    table.to_csv(path, index=False)
+    (tmp_path / values).write_text("row,value\n0,1.0\n")
+    with pytest.raises(ValueError, match="not a values side table"):
+        aggregate.read_table(path, get("syscall").axes)

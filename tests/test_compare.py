@@ -10,7 +10,7 @@ import pandas as pd
 import pyperf
 import pytest
 
-from perfgrid import cli, compare, looks
+from perfgrid import aggregate, cli, compare, looks
 from perfgrid.experiments import get
 from perfgrid.paths import Layout
 
@@ -86,6 +86,24 @@ def test_compare_marks_a_real_difference_significant_and_one_value_not_testable(
     assert "1 of 1 testable points differ significantly" in text
     assert "hostb over hosta" in text
     assert len(pd.read_csv(tmp_path / "cmp" / "points.csv")) == 2
+
+
+def test_a_result_folder_from_before_side_tables_compares_as_one_with_them(tmp_path):
+    """An older result folder (or archive) has no side tables: its table's lists are JSON
+    text in its cells. Compared, it gives what the same folder with side tables gives."""
+    a = result_folder(tmp_path, "hosta", 1.0)
+    b = result_folder(tmp_path, "hostb", 2.0)
+    new = compare.compare(str(a), str(b), tmp_path / "new")["tables"]["file_read"]
+    path = Layout(b).table("file_read")
+    table = aggregate.load_table(path)
+    for column in aggregate.LIST_COLUMNS:
+        table[column] = [json.dumps(c) if c is not None else "" for c in table[column]]
+    for side in Layout(b).side_tables("file_read"):
+        side.unlink()
+    table.to_csv(path, index=False)
+    assert "[[" in path.read_text()
+    old = compare.compare(str(a), str(b), tmp_path / "old")["tables"]["file_read"]
+    pd.testing.assert_frame_equal(old, new)
 
 
 def test_a_folder_without_tables_is_refused_naming_it(tmp_path):
@@ -168,8 +186,8 @@ def test_literal_labels_are_drawn_as_written(label):
 
 def _edit(folder: Path, change) -> Path:
     """Rewrite ``folder``'s file_read table through ``change`` (a DataFrame -> DataFrame)."""
-    path = folder / "tables" / "file_read.csv"
-    change(pd.read_csv(path)).to_csv(path, index=False)
+    path = Layout(folder).table("file_read")
+    aggregate.write_table(change(aggregate.load_table(path)), path)
     return path
 
 
@@ -190,7 +208,7 @@ def _scaled(table: pd.DataFrame, factor: float, raw_too: bool) -> pd.DataFrame:
     so the table agrees with itself and only the raw files tell."""
     table["rate"] *= factor
     if raw_too:
-        table["process_values"] = [json.dumps([[v / factor for v in g] for g in json.loads(r)])
+        table["process_values"] = [[[v / factor for v in g] for g in r]
                                    for r in table["process_values"]]
     return table
 

@@ -107,7 +107,8 @@ def toy(tmp_path, monkeypatch):
 
 def test_a_new_experiment_gets_its_section_after_the_last_experiments(toy):
     """No README edit by hand: its heading, its schema's description and its table, once,
-    after http's section; written again, only the table is."""
+    after the last experiment's section (http's, or a seventh's); written again, only the
+    table is."""
     committed = configdoc.README.read_text()
     rendered = configdoc.render(committed)
     section = (f"## toy\n\ntoy, the worked example of docs/adding-an-experiment.md.\n\n"
@@ -115,13 +116,14 @@ def test_a_new_experiment_gets_its_section_after_the_last_experiments(toy):
                f"{configdoc.end_marker('toy')}\n\n")
     assert rendered.count(section) == 1
     assert rendered.replace(section, "") == committed
-    after_http = committed.index(configdoc.end_marker("http"))
-    next_heading = committed[committed.index("\n## ", after_http) + 1:].split("\n")[0]
-    assert rendered.index(section) > after_http
-    assert f"{section}{next_heading}\n" in rendered  # http's section ends at the next heading
+    after_last = max(committed.index(configdoc.end_marker(name))
+                     for name in experiments.available() if name != "toy")
+    next_heading = committed[committed.index("\n## ", after_last) + 1:].split("\n")[0]
+    assert rendered.index(section) > after_last
+    assert f"{section}{next_heading}\n" in rendered  # the last section ends at the next heading
     assert configdoc.render(rendered) == rendered
     keys = [row.split("`")[1] for row in configdoc.table("toy").splitlines()[2:]]
-    assert keys == ["variants", "sizes", "start", "measure"]
+    assert keys == ["variants", "list_sizes", "start", "measure"]
     edited = rendered.replace("toy, the worked example", "Sums, the worked example")
     assert configdoc.render(edited) == edited  # the prose is the README's once written
 

@@ -3,7 +3,6 @@ and the experiments' erlang points come out as rows of runtime erlang."""
 
 from __future__ import annotations
 
-import copy
 import os
 import re
 import subprocess
@@ -13,12 +12,12 @@ import numpy as np
 import psutil
 import pytest
 
-from perfgrid import erlang, planning, settings
+from perfgrid import erlang, planning
 from perfgrid.aggregate import row_from_result
 from perfgrid.experiments import get
 from perfgrid.experiments.http import load as http_load
 
-from helpers import FULL, REPO, compile_erlang
+from helpers import REPO, compile_erlang, full_config
 
 MISSING = erlang.missing()
 
@@ -179,7 +178,7 @@ def test_missing_erl_makes_every_erlang_point_unavailable(monkeypatch):
 
 
 def test_erlang_points_are_runtime_erlang_and_filtered_by_runtimes():
-    cfg = settings.effective(copy.deepcopy(FULL), check_disk=False)
+    cfg = full_config()
     for name in ("file_read", "timers", "ring", "http", "spawn"):
         exp = get(name)
         points = planning.grid(cfg, name)
@@ -190,7 +189,7 @@ def test_erlang_points_are_runtime_erlang_and_filtered_by_runtimes():
 
 
 def test_syscall_erlang_is_one_point_skipped_with_the_reason():
-    cfg = settings.effective(copy.deepcopy(FULL), check_disk=False)
+    cfg = full_config()
     runnable, skipped = planning.split_grid(cfg, "syscall")
     erl = [s for s in skipped if s["variant"] == "erlang"]
     assert len(erl) == 1 and "getuid" in erl[0]["reason"] and "patched" in erl[0]["reason"]
@@ -198,7 +197,7 @@ def test_syscall_erlang_is_one_point_skipped_with_the_reason():
 
 
 def test_full_config_keeps_erlang_to_the_seed_points():
-    cfg = settings.effective(copy.deepcopy(FULL), check_disk=False)
+    cfg = full_config()
     timers = [p for p in planning.grid(cfg, "timers") if p["variant"] == "erlang"]
     assert {(p["tasks"], p["rounds"], p["max_sleep"]) for p in timers} == {(500000, 10, 10.0)}
     assert {p["gc"] for p in timers} == {"on"}

@@ -30,7 +30,7 @@ from perfgrid.experiments.http import load as http_load
 from perfgrid.experiments.http import server as http_server
 from perfgrid.experiments.http.supervisor import ServerGroup
 
-from helpers import FULL, REPO, gone, needs, snakemake, write_config
+from helpers import REPO, full_config, gone, needs, snakemake, write_config
 from synthetic import LEVELS, expected_verdict, row, single
 
 EXP = get("http")
@@ -776,6 +776,6 @@ def test_the_full_run_gives_erlangs_short_loads_more_rounds_than_pythons(variant
 
     point = {"variant": variant, "client": "ab", "keepalive": "off", "binding": binding,
              "workers": 2, "concurrency": 100}
-    cfg = settings.effective(FULL, check_disk=False)
+    cfg = full_config()
     design = cfg["http"]["measure"]["claims"]["rounds"]
     assert planning.rounds_of(cfg, "http", point) == (design if rounds is None else rounds)

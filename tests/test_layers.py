@@ -113,6 +113,7 @@ def test_libraries_below_the_registry_stay_below_it():
         assert not reaches(graph, module) & {"perfgrid.experiments", "perfgrid.settings",
                                              "perfgrid.jobs"}, module
     assert "perfgrid.settings" not in reaches(graph, "perfgrid.machine")
+    assert reaches(graph, "perfgrid.topology") == set()  # the floor: sysfs and /proc only
     assert "perfgrid.experiments" in graph["perfgrid.counting_pass"]
     assert not hasattr(erlang, "compile_modules")
 
@@ -140,10 +141,11 @@ def test_what_the_snakefile_imports_leaves_scipy_out():
     code = "".join(f"import perfgrid.{name.strip()}\n" for name in names if name.strip())
     code += ("import sys\nfrom perfgrid import experiments\n"
              "[experiments.get(name) for name in experiments.available()]\n"
+             "assert 'perfgrid.noiseprofile' in sys.modules\n"
              "print(sorted(m for m in sys.modules if m.partition('.')[0] == 'scipy'))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
-    assert "noiseprofile" in code and done.stdout.strip() == "[]"
+    assert "glue" in code and done.stdout.strip() == "[]"
 
 
 def test_machine_json_names_the_tools_an_experiment_declares():

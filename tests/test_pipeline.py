@@ -11,6 +11,7 @@ import yaml
 
 from perfgrid import experiments
 from perfgrid.analysis import VERDICTS
+from perfgrid.paths import Layout
 from perfgrid.report.claims import read_claims
 
 from helpers import CONFIG, SNAKEMAKE, edited, job_counts, run
@@ -242,9 +243,11 @@ def test_a_report_from_the_archive_alone_reproduces_the_claims(tree, tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "not the archive's own code" in done.stdout
     ran = tree / "results/tiny"
-    assert sorted(p.name for p in (fresh / "tables").iterdir()) == ["file_read.csv"]
-    assert (fresh / "tables/file_read.csv").read_bytes() == (
-        ran / "tables/file_read.csv").read_bytes()
+    files = Layout(ran).table_files("file_read")  # the table and its side tables
+    assert sorted(p.name for p in (fresh / "tables").iterdir()) == sorted(p.name for p in files)
+    assert {f"results/tiny/tables/{p.name}" for p in files} <= {e.id for e in action["result"]}
+    for path in files:
+        assert (fresh / "tables" / path.name).read_bytes() == path.read_bytes(), path.name
 
     def claims(report: str) -> str:
         return report[report.index("## Claims"):report.index("## Precision")]

@@ -451,3 +451,17 @@ def test_an_erlang_round_with_no_tick_in_the_kernel_still_gives_an_interval():
     share = analysis._sys_shares(table[erl & (table["workers"] == 2)])[0]
     assert share.value == 0 and share.interval()[0] == 0 and 0 < share.interval()[1] < 0.05
     assert "0 of 160 clock ticks" in share.reason and row["variant"] == "erlang"
+
+
+def test_a_process_of_no_cpu_seconds_is_not_counted_in_the_tick_counts():
+    """A process with 0 CPU seconds has a NaN share (0/0): it adds no ticks, neither to
+    the share's side nor to all; the others are counted. None when none is left."""
+    from perfgrid.analysis import tick_counts
+
+    busy = {"user_s": 0.6, "sys_s": 0.4, "sys_share": 0.4}
+    idle = {"user_s": 0.0, "sys_s": 0.0, "sys_share": float("nan")}
+    assert tick_counts({"process_metadata": [busy, idle]}, "sys_share") == (40, 100, 1.0)
+    assert tick_counts({"process_metadata": json.dumps([idle, busy])}, "sys_share") == (
+        40, 100, 1.0)  # an older table's JSON text alike
+    assert tick_counts({"process_metadata": [idle]}, "sys_share") is None
+    assert tick_counts({"process_metadata": []}, "sys_share") is None

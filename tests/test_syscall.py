@@ -23,7 +23,7 @@ from perfgrid.experiments import get
 from perfgrid.experiments import syscall as syscall_mod
 from perfgrid.experiments.syscall import analysis
 
-from helpers import FULL, compile_native, need, tagged, wait_for
+from helpers import FULL, compile_native, full_config, need, tagged, wait_for
 from synthetic import LEVELS, expected_verdict, per_process, row, single
 
 EXP = get("syscall")
@@ -182,7 +182,7 @@ def test_points_cross_every_list_and_reject_unknown_names():
 
 def test_full_config_holds_every_call_binding_and_worker_count(monkeypatch):
     monkeypatch.setenv(settings.AUTO_CPUS_ENV, "2")  # workers: [auto, 8, 16] on 2 CPUs
-    full = settings.effective(copy.deepcopy(FULL), check_disk=False)
+    full = full_config()
     points = EXP.points(full["syscall"], full)
     assert len(points) == 2 * 3 * 4 * 5 + 1  # + the erlang point, skipped with its reason
     assert {"variant": "native", "call": "getuid", "binding": "spread", "workers": 8} in points

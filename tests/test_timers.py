@@ -20,7 +20,7 @@ from perfgrid.experiments import get
 from perfgrid.experiments import timers as timers_mod
 from perfgrid.experiments.timers import EXPERIMENT, SEED_SCALE, analysis
 
-from helpers import FULL
+from helpers import FULL, full_config
 from synthetic import LEVELS, expected_verdict, named_claims, row, single
 
 EXP = get("timers")
@@ -420,7 +420,7 @@ def test_a_seed_scale_storm_gets_no_more_rounds_than_the_design_and_fewer_the_lo
     """Properties of the full config, not its numbers: the 100,000-task claim points get
     the design's claims.rounds; no seed-scale storm more; a storm with independent seeding
     (90-140 s) never more than one with identical seeding (~65 s) of the same loop."""
-    cfg = settings.effective(FULL, check_disk=False)
+    cfg = full_config()
     design = cfg["timers"]["measure"]["claims"]["rounds"]
 
     def rounds(variant: str, seeding: str, **point) -> int:

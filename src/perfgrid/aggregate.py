@@ -6,9 +6,14 @@ to the native baseline measured in the same run. Every ``perfgrid_*``
 metadata key of the result becomes a column without its prefix; every table has
 the kernel counters' columns (:data:`perfgrid.counters.COLUMNS`), NaN where a
 point was not counted and ``counters`` saying why. ``noisy_rounds`` lists the rounds
-(round labels, JSON) measured while other processes were busy even after measuring
+(round labels) measured while other processes were busy even after measuring
 them again (perfgrid.bench.measure_quietly): the claims leave them out
 (:func:`perfgrid.analysis.quiet`).
+
+On disk a table holds one value a cell: its list-valued columns (:data:`LIST_COLUMNS`,
+and any column of records such as http's ``openloop_steps``) live in side tables beside
+it (``paths.SIDE_TABLES``), written by :func:`write_table` and joined back by
+:func:`load_table`, so that in memory each such cell is the list it stands for.
 
 A result is taken only at its own path: the point, experiment and runtime it
 records must be the ones its path stands for (``paths.Layout.raw_result``),
@@ -28,7 +33,8 @@ import pandas as pd
 import pyperf
 
 from perfgrid import counters, experiments, looks, stats
-from perfgrid.paths import Layout
+from perfgrid.atomic import atomic_path
+from perfgrid.paths import Layout, side_tables_of
 
 #: the columns every table has first: its point's shared axes (the axes experiments declare
 #: in ``common_columns`` join them: :func:`common_columns`), then the statistics
@@ -46,6 +52,227 @@ ROUND_MERGE = {"started": min, "finished": max, "measure_seconds": sum, "batches
                "steal_share": max, "load_before": max, "load_after": max,
                "busy_before": max, "busy_during": max, "own_share": min,
                "steal_during": max, "measurements": sum}
+
+
+#: the list-valued columns of a table, each kept in a side table (``paths.SIDE_TABLES``):
+#: ``process_values`` (with ``process_rounds``) in ``values``, ``process_metadata`` in
+#: ``process_facts``, ``noisy_rounds`` in ``noisy_rounds``; any other column of records
+#: (lists of dicts: http's ``openloop_steps``) goes to ``records``
+LIST_COLUMNS = ("process_values", "process_rounds", "process_metadata", "noisy_rounds")
+#: the side tables' own columns (``records`` adds one column per field of its records)
+SIDE_COLUMNS = {
+    "values": ["row", "process", "round", "value_index", "value"],
+    "process_facts": ["row", "process", "key", "value"],
+    "noisy_rounds": ["row", "round"],
+    "records": ["row", "column", "item"],
+}
+
+
+def listed(cell: Any) -> Any:
+    """A list-valued cell as its list (or dict): as it is in memory, or parsed from the
+    JSON text a hand-made table or an older table (one before side tables) holds; None
+    for an empty or missing cell."""
+    if isinstance(cell, list | dict):
+        return cell
+    if isinstance(cell, str) and cell.strip():
+        return json.loads(cell)
+    return None
+
+
+def _records(cell: Any) -> list[dict[str, Any]] | None:
+    """``cell`` as a list of records (dicts) if it is one, or JSON text of one; else None."""
+    if isinstance(cell, str) and cell.startswith("[{"):
+        try:
+            cell = json.loads(cell)
+        except ValueError:
+            return None
+    if isinstance(cell, list) and cell and all(isinstance(item, dict) for item in cell):
+        return cell
+    return None
+
+
+def _label(value: Any) -> Any:
+    """A round label as written (an int where it is a whole number)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value.item() if hasattr(value, "item") else value
+
+
+def split_table(table: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+    """``table`` as one value a cell: its scalar columns, and its list-valued columns as
+    side tables (by side, ``paths.SIDE_TABLES``), each keyed by ``row``, the table row's
+    position (0 for the first).
+
+    - ``values``: one row per per-loop time: ``process`` (the worker process, 0 first),
+      ``round`` (the round that measured it; empty for a point measured in one job),
+      ``value_index`` (its place in the process's values), ``value`` (seconds per loop);
+    - ``process_facts``: one row per numeric observation of a process (``key``: its name
+      without ``perfgrid_``, ``value``);
+    - ``noisy_rounds``: one row per round measured while other processes were busy;
+    - ``records``: one row per record of any other list-valued column (``column`` names
+      it, ``item`` is the record's place), one column per field.
+    """
+    table = table.reset_index(drop=True)
+    values, facts, noisy, records = [], [], [], []
+    record_columns = [c for c in table.columns if c not in LIST_COLUMNS
+                      and not pd.api.types.is_numeric_dtype(table[c])
+                      and table[c].map(_records).notna().any()]
+    for row, (_, cells) in enumerate(table.iterrows()):
+        groups = listed(cells.get("process_values")) or []
+        rounds = listed(cells.get("process_rounds"))
+        for process, group in enumerate(groups):
+            label = rounds[process] if rounds is not None else None
+            values += [(row, process, label, i, v) for i, v in enumerate(group)]
+        for process, observed in enumerate(listed(cells.get("process_metadata")) or []):
+            facts += [(row, process, key, v) for key, v in observed.items()]
+        noisy += [(row, label) for label in listed(cells.get("noisy_rounds")) or []]
+        for column in record_columns:
+            for item, record in enumerate(_records(cells[column]) or []):
+                records.append({"row": row, "column": column, "item": item, **record})
+    sides = {
+        "values": pd.DataFrame(values, columns=SIDE_COLUMNS["values"]),
+        "process_facts": pd.DataFrame(facts, columns=SIDE_COLUMNS["process_facts"]),
+        "noisy_rounds": pd.DataFrame(noisy, columns=SIDE_COLUMNS["noisy_rounds"]),
+        "records": pd.DataFrame(records).reindex(columns=list(dict.fromkeys(
+            [*SIDE_COLUMNS["records"], *(k for r in records for k in r)]))),
+    }
+    for side in ("values", "noisy_rounds"):
+        sides[side]["round"] = sides[side]["round"].astype("Int64")
+    scalar = table.drop(columns=[c for c in [*LIST_COLUMNS, *record_columns] if c in table])
+    return scalar, sides
+
+
+def write_table(table: pd.DataFrame, path: str | Path) -> None:
+    """Write ``table`` at ``path`` and its side tables beside it (:func:`split_table`),
+    each file atomically (perfgrid.atomic), the table itself last."""
+    scalar, sides = split_table(table)
+    for side, where in side_tables_of(path).items():
+        with atomic_path(where) as tmp:
+            sides[side].to_csv(tmp, index=False, na_rep="NaN" if side == "records" else "")
+    with atomic_path(path) as tmp:
+        scalar.to_csv(tmp, index=False)
+
+
+def _read_csv(path: str | Path, **options: Any) -> pd.DataFrame:
+    try:
+        return pd.read_csv(path, **options)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not a readable table ({err})") from None
+
+
+def _read_side(path: Path, side: str, rows: int, **options: Any) -> pd.DataFrame:
+    """A side table of a table of ``rows`` rows; ValueError naming it if it has not its
+    columns (:data:`SIDE_COLUMNS`) or names a row the table has not."""
+    frame = _read_csv(path, **options)
+    own = SIDE_COLUMNS[side]
+    if list(frame.columns[:len(own)]) != own or (side != "records" and len(frame.columns)
+                                                  != len(own)):
+        raise ValueError(f"{path}: not a {side} side table (its columns: "
+                         f"{', '.join(own)}{', ...' if side == 'records' else ''})")
+    if len(frame):
+        row = pd.to_numeric(frame["row"], errors="coerce")
+        if row.isna().any() or (row % 1 != 0).any() or row.min() < 0 or row.max() >= rows:
+            raise ValueError(f"{path}: names a row its table ({rows} rows) has not (a side "
+                             f"table of another table? rebuild it with the table job)")
+    return frame
+
+
+def _insert(table: pd.DataFrame, column: str, cells: list[Any]) -> None:
+    """Put ``column`` back where :func:`build_table` has it: after the last of the columns
+    that come before it there (:func:`common_columns`, then the others sorted)."""
+    common = common_columns()
+    order = [*common, *sorted({*table.columns, column} - set(common))]
+    before = [table.columns.get_loc(c) for c in order[:order.index(column)] if c in table]
+    table.insert(max(before) + 1 if before else 0, column,
+                 pd.Series(cells, index=table.index, dtype=object))
+
+
+def _joined_values(path: Path, n: int) -> tuple[list[Any], list[Any]]:
+    """``process_values`` and ``process_rounds`` of ``n`` rows from a ``values`` side
+    table: a row's values by process (in order), the round of each process (None for a
+    row measured in one job), None for a row without values."""
+    values = _read_side(path, "values", n, dtype={"round": "Int64"}).sort_values(
+        ["row", "process", "value_index"], kind="stable")
+    groups: list[Any] = [None] * n
+    rounds: list[Any] = [None] * n
+    labels: list[list[Any]] = [[] for _ in range(n)]
+    for row, process, label, _, value in values.itertuples(index=False):
+        row, process = int(row), int(process)
+        if groups[row] is None:
+            groups[row] = []
+        if process == len(groups[row]):
+            groups[row].append([])
+            labels[row].append(label)
+        groups[row][process].append(float(value))
+    for row, found in enumerate(labels):
+        if found and not any(pd.isna(label) for label in found):
+            rounds[row] = [_label(label) for label in found]
+    return groups, rounds
+
+
+def load_table(path: str | Path) -> pd.DataFrame:
+    """The table at ``path`` with its list-valued columns joined back from its side
+    tables (:func:`split_table`): each such cell the list it stands for, None where a
+    row has none. A table without side tables (one written before them: an older
+    archive) has those columns as JSON text in its cells: they are parsed alike."""
+    table = _read_csv(path)
+    sides = {side: where for side, where in side_tables_of(path).items() if where.is_file()}
+    n = len(table)
+    groups: list[Any] = [None] * n
+    if "values" in sides:
+        groups, rounds = _joined_values(sides["values"], n)
+        _insert(table, "process_values", groups)
+        _insert(table, "process_rounds", rounds)
+    if "process_facts" in sides:  # a row's processes: those of its values, facts or not
+        processes: list[Any] = [[{} for _ in g] if g else None for g in groups]
+        facts = _read_side(sides["process_facts"], "process_facts", n, keep_default_na=False,
+                           na_values=[""])
+        for row, process, key, value in facts.itertuples(index=False):
+            found = processes[int(row)] = processes[int(row)] or []
+            found += [{} for _ in range(int(process) + 1 - len(found))]
+            found[int(process)][str(key)] = float(value)
+        _insert(table, "process_metadata", processes)
+    if "noisy_rounds" in sides:
+        noisy: list[Any] = [[] for _ in range(n)]
+        for row, label in _read_side(sides["noisy_rounds"], "noisy_rounds", n,
+                                     dtype={"round": "Int64"}).itertuples(index=False):
+            noisy[int(row)].append(_label(label))
+        _insert(table, "noisy_rounds", noisy)
+    if "records" in sides:
+        records = _read_side(sides["records"], "records", n, keep_default_na=False,
+                             na_values=["NaN"])
+        several = records["column"].nunique() > 1
+        for column, part in records.groupby("column", sort=False):
+            fields = [c for c in part.columns if c not in SIDE_COLUMNS["records"]
+                      and (not several or part[c].notna().any())]
+            cells: list[Any] = [None] * n
+            for row, items in part.sort_values(["row", "item"]).groupby("row", sort=False):
+                cells[int(row)] = items[fields].to_dict("records")
+            _insert(table, str(column), cells)
+    held = {c for side, columns in _HELD.items() if side in sides for c in columns}
+    for column in table.columns:  # an older table's JSON text, parsed
+        if column in held or pd.api.types.is_numeric_dtype(table[column]):
+            continue
+        if column in LIST_COLUMNS:
+            table[column] = table[column].map(_legacy_cell).astype(object)
+        elif table[column].map(_records).notna().any():
+            table[column] = table[column].map(
+                lambda cell: _records(cell) or cell if isinstance(cell, str) else cell
+            ).astype(object)
+    return table
+
+
+#: the list-valued columns each side table holds (``records``: those it names)
+_HELD = {"values": ("process_values", "process_rounds"),
+         "process_facts": ("process_metadata",), "noisy_rounds": ("noisy_rounds",)}
+
+
+def _legacy_cell(cell: Any) -> Any:
+    """A list-valued cell of an older table: its JSON text parsed; None where empty."""
+    try:
+        return listed(cell)
+    except ValueError:
+        return cell
 
 
 def common_columns() -> list[str]:
@@ -91,12 +318,10 @@ def rate_estimate(row: Any) -> stats.Estimate:
     if isinstance(left_out, str) and left_out:
         return stats.Estimate.unknown(float("nan"), left_out)
     rate = float(row["rate"]) if row.get("rate") is not None else float("nan")
-    raw = row.get("process_values")
-    if not isinstance(raw, str | list) or not raw:
+    groups = listed(row.get("process_values"))
+    if not groups:
         return stats.Estimate.unknown(rate, "no raw values")
-    groups = json.loads(raw) if isinstance(raw, str) else raw
-    rounds = row.get("process_rounds")
-    rounds = json.loads(rounds) if isinstance(rounds, str) and rounds else None
+    rounds = listed(row.get("process_rounds"))
     work = float(row["work_per_loop"])
     return stats.from_points(stats.rate(groups, work, seed=_row_seed(row), rounds=rounds),
                              point_of(row))
@@ -150,12 +375,9 @@ def point_name(row: Any, columns: list[str]) -> str:
 
 def read_table(path: str | Path, axes: list[str] | tuple[str, ...],
                required: list[str] | tuple[str, ...] = ()) -> pd.DataFrame:
-    """A table from its CSV file, checked by :func:`check_table`; ValueError naming it."""
-    try:
-        table = pd.read_csv(path)
-    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: not a readable table ({err})") from None
-    return check_table(table, path, axes, required)
+    """A table from its CSV file and side tables (:func:`load_table`), checked by
+    :func:`check_table`; ValueError naming it."""
+    return check_table(load_table(path), path, axes, required)
 
 
 def check_table(table: pd.DataFrame, path: str | Path, axes: list[str] | tuple[str, ...],
@@ -178,11 +400,11 @@ def check_table(table: pd.DataFrame, path: str | Path, axes: list[str] | tuple[s
     if {"rate", "process_values", "work_per_loop"} <= set(table.columns):
         for _, row in table.iterrows():
             raw = row["process_values"]
-            if not isinstance(raw, str) or not raw or pd.isna(row["work_per_loop"]):
+            if not isinstance(raw, str | list) or not raw or pd.isna(row["work_per_loop"]):
                 continue
             where = f"{path}: point {point_name(row, key)}"
             try:  # a list of lists of per-loop times, and a number of work units per loop
-                groups, work = json.loads(raw), float(row["work_per_loop"])
+                groups, work = listed(raw), float(row["work_per_loop"])
                 raw_rate(groups, work)
             except (TypeError, ValueError) as err:
                 raise ValueError(f"{where}: process_values or work_per_loop malformed "
@@ -192,9 +414,11 @@ def check_table(table: pd.DataFrame, path: str | Path, axes: list[str] | tuple[s
 
 
 def _row_seed(row: Any) -> int:
-    """The bootstrap seed of a row: fixed by what the row measured, so reruns agree."""
+    """The bootstrap seed of a row: fixed by what the row measured, so reruns agree (the
+    raw values as the JSON text tables once held, so seeds are those of older tables)."""
+    raw = row.get("process_values")
     return stats.seed_for(row.get("experiment"), row.get("runtime"), row.get("result_file"),
-                          row.get("process_values"))
+                          json.dumps(raw) if isinstance(raw, list) else raw)
 
 
 def _common_metadata(bench: pyperf.Benchmark) -> dict[str, Any]:
@@ -311,13 +535,16 @@ def row_from_results(paths: list[str | Path], check_path: bool = False,
         "rate_unit": experiment.rate_unit,
         "hostname": meta.get("hostname", ""),
         "result_file": str(first) if len(paths) == 1 else str(Path(first).parent),
-        "process_values": json.dumps(groups),
-        "process_rounds": json.dumps(rounds) if len(paths) > 1 else "",
-        "process_metadata": json.dumps(per_process),
-        "noisy_rounds": json.dumps(noisy),
+        "process_values": groups,
+        "process_rounds": rounds if len(paths) > 1 else None,
+        "process_metadata": per_process,
+        "noisy_rounds": noisy,
     })
     for key in ("point", "round"):
         row.pop(key, None)
+    for key, value in row.items():  # metadata holding records (http's openloop_steps)
+        if key not in LIST_COLUMNS and _records(value) is not None:
+            row[key] = _records(value)
     if len(paths) > 1:
         row["stop"] = "; ".join(f"round {m.get('perfgrid_round', i + 1)}: {m['perfgrid_stop']}"
                                 for i, m in enumerate(metas) if "perfgrid_stop" in m)

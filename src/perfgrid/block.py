@@ -1,11 +1,15 @@
 """One claim block: one round of the points an experiment's claims compare, measured back
 to back by one Snakemake job (rules/benchmark.smk).
 
-    python -m perfgrid.block PLAN
+    python -m perfgrid.block BLOCK_PLAN
+    python -m perfgrid.block --plan results/<host>/plan.json BLOCK
 
-``PLAN`` is JSON (common.smk's ``block_plan``): the experiment, the record of the look
-the round waits for (or null), and the points in the order perfgrid.order drew, each with
-its key, the harness's arguments, its result and its log.
+``BLOCK_PLAN`` is JSON, the block's part of the run's plan (perfgrid.plan,
+``Plan.block_plan``; rules/benchmark.smk passes it), or it is taken from plan.json by the
+block's name (:func:`from_plan`, to run a block by hand): the experiment, its round, the
+record of the look the round waits for (or null), the run's time budget, and the points
+in the order perfgrid.order drew, each with its key, the harness's arguments, its result
+and its log.
 
 Each point is measured by the harness (perfgrid.bench) in its own process, exactly as a
 job of its own would be, its output in its own log; the block adds no scheduling between
@@ -79,6 +83,18 @@ def measure(experiment: str, point: dict[str, Any]) -> int:
                               check=False).returncode
 
 
+def from_plan(plan: dict[str, Any], name: str) -> dict[str, Any]:
+    """Block ``name``'s plan, taken from the run's ``plan`` (plan.json, perfgrid.plan):
+    its points in the order they run, each with the harness's command words."""
+    members = plan["blocks"][name]
+    by_result = {job["result"]: job for job in plan["jobs"] if job["rule"] == name}
+    points = [{"key": job["key"], "args": [*job["bench"], *job["options"]],
+               "result": job["result"], "log": job["log"]}
+              for job in (by_result[result] for result in members["results"])]
+    return {"experiment": members["experiment"], "round": members["round"],
+            "look": members["look"], "budget": plan["budget"], "points": points}
+
+
 def run(plan: dict[str, Any]) -> None:
     """Measure every point of ``plan`` in its order (those its look lets go, or all of them
     past the run's time budget: a note)."""
@@ -105,10 +121,14 @@ def run(plan: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m perfgrid.block", description=__doc__)
-    parser.add_argument("plan", help="the block's plan, JSON")
+    parser.add_argument("block", help="the block's name (with --plan), or its plan as JSON")
+    parser.add_argument("--plan", help="the run's plan (plan.json)")
     args = parser.parse_args(argv)
     lifetime.watch_snakemake()
-    run(json.loads(args.plan))
+    if args.plan:
+        run(from_plan(json.loads(Path(args.plan).read_text()), args.block))
+    else:
+        run(json.loads(args.block))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from perfgrid.atomic import atomic_path, write_json, write_text
+from perfgrid.atomic import write_json, write_text
 
 
 def _machine(args: argparse.Namespace) -> None:
@@ -20,8 +20,7 @@ def _table(args: argparse.Namespace) -> None:
     from perfgrid import aggregate
 
     table = aggregate.build_table(args.experiment, args.results)
-    with atomic_path(args.output) as tmp:
-        table.to_csv(tmp, index=False)
+    aggregate.write_table(table, args.output)  # and its side tables beside it
     print(f"{args.experiment}: {len(table)} rows -> {args.output}")
 
 

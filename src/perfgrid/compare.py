@@ -32,7 +32,7 @@ from scipy import stats as sps
 from perfgrid import aggregate, analysis, archive, experiments, looks, stats
 from perfgrid.analysis import literal, plot_setup, save
 from perfgrid.atomic import write_text
-from perfgrid.paths import every_table
+from perfgrid.paths import Layout, every_table
 from perfgrid.report.formatting import md_table
 from perfgrid.report.pages import html_page
 
@@ -128,7 +128,7 @@ def table_columns(name: str) -> list[str]:
 
 def read_table(root: Path, name: str) -> pd.DataFrame:
     """An experiment's table of one result set, checked (:func:`aggregate.check_table`)."""
-    return aggregate.read_table(root / "tables" / f"{name}.csv", experiments.get(name).axes,
+    return aggregate.read_table(Layout(root).table(name), experiments.get(name).axes,
                                 table_columns(name))
 
 
@@ -154,7 +154,7 @@ def compare_experiment(name: str, a: Path, b: Path,
         point = aggregate.point_name(row, axes + ["runtime"])
         for root, side, groups, work in ((a, "a", groups_a, work_a), (b, "b", groups_b, work_b)):
             aggregate.check_rate(row[f"rate_{side}"], groups, work,
-                                 f"{root / 'tables' / f'{name}.csv'}: point {point}")
+                                 f"{Layout(root).table(name)}: point {point}")
         rate_a = stats.rate(groups_a, work_a, stats.seed_for(path_a))
         rate_b = stats.rate(groups_b, work_b, stats.seed_for(path_b))
         ratio = rate_b / rate_a
@@ -190,7 +190,7 @@ def _claims(root: Path, name: str, table: pd.DataFrame) -> dict[tuple[str, str],
     try:
         claims = analysis.claims_of(name, table)
     except KeyError as err:  # a hand-made or cut-down table
-        raise ValueError(f"{root / 'tables' / f'{name}.csv'}: missing column {err}, which "
+        raise ValueError(f"{Layout(root).table(name)}: missing column {err}, which "
                          f"the {name} claims need") from None
     return {(c.runtime, c.hypothesis): c for c in claims}
 
@@ -235,7 +235,7 @@ def compare(a_src: str, b_src: str, out_dir: Path) -> dict[str, Any]:
         a = resolve(a_src, Path(scratch) / "a")
         b = resolve(b_src, Path(scratch) / "b")
         names = [n for n in experiments.available()
-                 if (a / "tables" / f"{n}.csv").exists() and (b / "tables" / f"{n}.csv").exists()]
+                 if Layout(a).table(n).exists() and Layout(b).table(n).exists()]
         read = {n: (read_table(a, n), read_table(b, n)) for n in names}
         let_go: dict[str, list[str]] = {"a": [], "b": []}
         tables = adjust({n: compare_experiment(n, a, b, read[n], let_go) for n in names})
@@ -305,7 +305,7 @@ def summary(roots: list[str | Path], md_path: str, html_path: str) -> None:
     for name in experiments.available():
         frames = []
         for root in roots:
-            table_path = Path(root) / "tables" / f"{name}.csv"
+            table_path = Layout(Path(root)).table(name)
             if table_path.exists():
                 table = aggregate.read_table(table_path, experiments.get(name).axes,
                                              ["runtime", "rate", "rate_unit"])

@@ -5,8 +5,8 @@ Written with the ``rocrate`` library after the Workflow Run Crate profile 0.5
 ``ComputationalWorkflow``, its rules as parts, the software that ran as its
 ``softwareRequirements``), one ``CreateAction`` is the run (the workflow as its
 instrument, the config as used and the host label as its object, raw results, tables,
-plots and reports as its result; machine.json, run.json and the logs are about it),
-and the licence and authors come from CITATION.cff.
+plots and reports as its result; machine.json, run.json, plan.json and the logs are
+about it), and the licence and authors come from CITATION.cff.
 
 Every archived file is a ``File`` with its ``contentSize`` and ``sha256``, except the
 crate itself and ``MANIFEST.sha256``: the manifest hashes the crate (written just before
@@ -30,6 +30,8 @@ from typing import Any
 from urllib.parse import unquote
 
 import yaml
+
+from perfgrid.paths import Layout
 
 NAME = "ro-crate-metadata.json"
 #: the profiles the crate follows (the root dataset's conformsTo)
@@ -193,7 +195,7 @@ def build(files: FileFacts, result_root: Path, host: str, repo: Path,
     prefix = f"results/{host}/"
     machine = _read_json(result_root / "machine.json")
     run = _read_json(result_root / "run.json")
-    recorded, times = table_facts(sorted((result_root / "tables").glob("*.csv")))
+    recorded, times = table_facts(Layout(result_root).tables())
     cff = citation(repo / "CITATION.cff")
 
     crate = ROCrate(version="1.1")
@@ -243,7 +245,8 @@ def build(files: FileFacts, result_root: Path, host: str, repo: Path,
 
     def trace(name: str) -> bool:
         """A record of the run rather than its product: ``about`` the action."""
-        return name in (f"{prefix}machine.json", f"{prefix}run.json") or name.startswith(
+        return name in (f"{prefix}machine.json", f"{prefix}run.json",
+                        f"{prefix}plan.json") or name.startswith(
             f"{prefix}logs/")
 
     config_used = f"{prefix}config.used.yaml"

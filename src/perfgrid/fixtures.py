@@ -9,6 +9,14 @@ folder), the rule of its name that makes the file or checks the one there and wr
 ready note the jobs wait for, its sidecar facts (``<path>.json``) that the report
 states, and its file system that machine.json records. One kind exists today: the
 random test file (:mod:`perfgrid.testfile`).
+
+The data file is no declared output of its rule: Snakemake deletes the outputs of a failed
+job and temp() outputs once used, and the file at ``<fixture>.path`` may be a file perfgrid
+did not create. The job generates it where nothing is (linked into place, never
+replacing), or checks the one perfgrid generated there before (sidecar and SHA-256), and
+then writes the ready note (a temp() output, made again in seconds whenever a benchmark
+needs the file). It runs alone on the machine, like a benchmark: its generation speed is
+recorded.
 """
 
 from __future__ import annotations

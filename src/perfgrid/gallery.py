@@ -106,7 +106,7 @@ def check_sources(sources: list[str]) -> None:
 
 def experiment_names(root: Path) -> list[str]:
     """The experiments with a table in this result set, in report order."""
-    return [n for n in experiments.available() if (root / "tables" / f"{n}.csv").exists()]
+    return [n for n in experiments.available() if Layout(root).table(n).exists()]
 
 
 def load(source: str, root: Path) -> Machine:
@@ -117,7 +117,7 @@ def load(source: str, root: Path) -> Machine:
     facts = json.loads(layout.machine.read_text()) if layout.machine.exists() else {}
     tables = {}
     for name in experiment_names(root):
-        tables[name] = aggregate.read_table(root / "tables" / f"{name}.csv",
+        tables[name] = aggregate.read_table(Layout(root).table(name),
                                             experiments.get(name).axes,
                                             ["runtime", "rate", "rate_unit"])
     if layout.claims_table.exists():
@@ -128,7 +128,7 @@ def load(source: str, root: Path) -> Machine:
             try:
                 claims += analysis.module(name).claims(table, experiments.get(name))
             except KeyError as err:
-                raise ValueError(f"{root / 'tables' / f'{name}.csv'}: missing column {err}, "
+                raise ValueError(f"{Layout(root).table(name)}: missing column {err}, "
                                  f"which the {name} claims need") from None
         claims_from = "computed by the gallery from its tables (no claims.csv)"
     return Machine(label, source, root, facts, claims, claims_from, tables)

@@ -2,8 +2,15 @@
 
 The rule files know no experiment: workflow/rules/benchmark.smk makes one rule of the
 same shape for each registered experiment, and its input and params functions
-(common.smk) call these. "The C program only for native points, the Erlang modules
+(perfgrid.glue) call these. "The C program only for native points, the Erlang modules
 only for erlang points" is decided here, once, from what the experiment declares.
+
+The programs run besides Python are built each on its own (rules/programs.smk), so that
+editing one experiment's program reruns that experiment's jobs only: an experiment names
+its C program (``native_program``) and Erlang module (``erlang_module``), whose sources
+lie in its package (``experiments/<name>/native/``, ``experiments/<name>/erlang/``); a
+native or erlang point's job takes them as input and gets them as ``--option
+binary=PATH`` and ``--option beams=DIR``.
 """
 
 from __future__ import annotations

@@ -29,6 +29,14 @@ a ratio needs for a 95 % interval of +/-5 %: the least ``n >= 2`` with
 paired ``s = sd(a_b - b_b)``, ``df = n - 1``; unpaired ``s^2 = var(a) + var(b)`` with
 Welch's ``df = (n - 1) (var(a) + var(b))^2 / (var(a)^2 + var(b)^2)``.
 
+In the workflow (rule noise_profile) it runs before the benchmarks: like a benchmark job
+it holds the bench resource and the harness's lock, so nothing measures beside it, and the
+highest priority. Its pairs are the experiments' own (``noise_pair``), those of this run's
+experiments; it needs what a benchmark job of each of their points needs (the test file's
+ready note, the workload's code, the C program), so it is measured again when those are
+made again or change, or when its own code or blocks change. ``noise.profile.blocks: 0``
+leaves it out of the run.
+
 Spreads are standard deviations of natural logarithms of rates: for spreads of a few
 per cent they equal the coefficient of variation, and a ratio's spread is a difference's.
 """
@@ -79,7 +87,7 @@ class Side:
     options: dict[str, str] = field(default_factory=dict)
 
     def command(self, values: int, warmups: int, result: Path) -> list[str]:
-        """The harness command line, as a benchmark job's (common.smk bench_params)."""
+        """The harness command line, as a benchmark job's (perfgrid.plan.bench_words)."""
         words = [sys.executable, "-m", "perfgrid.bench", self.experiment]
         for axis, value in self.point.items():
             words += ["--point", f"{axis}={value}"]

@@ -25,11 +25,27 @@ ERLANG_SOURCES = "erlang_src"
 SOURCE_DIRS = ("src", "workflow", "config", "profiles", "tests", ".ci", ".git")
 #: names the pipeline itself uses under results/, so no host may take them
 RESERVED_NAMES = ("archive", "compare")
+#: the side tables beside each experiment's table (``tables/<experiment>.<side>.csv``):
+#: its list-valued columns, one value a cell (perfgrid.aggregate.write_table)
+SIDE_TABLES = ("values", "process_facts", "noisy_rounds", "records")
+
+
+def is_side_table(path: str | Path) -> bool:
+    """Whether ``path`` is a side table (``<experiment>.<side>.csv``), not a table."""
+    return any(Path(path).name.endswith(f".{side}.csv") for side in SIDE_TABLES)
 
 
 def every_table(results: str | Path) -> list[Path]:
-    """Every host's tables under the results folder (``<results>/<host>/tables/*.csv``)."""
-    return sorted(Path(results).glob("*/tables/*.csv"))
+    """Every host's tables under the results folder (``<results>/<host>/tables/*.csv``),
+    their side tables not counted (:func:`side_tables_of` gives them)."""
+    return sorted(p for p in Path(results).glob("*/tables/*.csv") if not is_side_table(p))
+
+
+def side_tables_of(table: str | Path) -> dict[str, Path]:
+    """The side tables of the table at ``table`` (``x/<experiment>.csv``), by side:
+    ``x/<experiment>.values.csv`` and the rest of :data:`SIDE_TABLES`."""
+    path = Path(table)
+    return {side: path.with_name(f"{path.stem}.{side}.csv") for side in SIDE_TABLES}
 
 
 @dataclass(frozen=True)
@@ -55,6 +71,11 @@ class Layout:
     def used_config(self) -> Path:
         """The config as validated (defaults filled in), for provenance and archives."""
         return self.root / "config.used.yaml"
+
+    @property
+    def plan(self) -> Path:
+        """The run's plan (perfgrid.plan): every benchmark job, its order and rounds."""
+        return self.root / "plan.json"
 
     @property
     def run_record(self) -> Path:
@@ -186,7 +207,26 @@ class Layout:
         return self.root / "looks" / experiment / f"after-{blocks}-rounds.json"
 
     def table(self, experiment: str) -> Path:
+        """An experiment's table: one row per grid point, one value a cell."""
         return self.root / "tables" / f"{experiment}.csv"
+
+    def side_table(self, experiment: str, side: str) -> Path:
+        """One of the table's side tables (:data:`SIDE_TABLES`), beside it."""
+        if side not in SIDE_TABLES:
+            raise ValueError(f"{side!r}: not a side table ({', '.join(SIDE_TABLES)})")
+        return side_tables_of(self.table(experiment))[side]
+
+    def side_tables(self, experiment: str) -> list[Path]:
+        """Every side table of an experiment's table, in :data:`SIDE_TABLES` order."""
+        return list(side_tables_of(self.table(experiment)).values())
+
+    def table_files(self, experiment: str) -> list[Path]:
+        """An experiment's table and its side tables: what the table job writes."""
+        return [self.table(experiment), *self.side_tables(experiment)]
+
+    def tables(self) -> list[Path]:
+        """The tables of this result set (``tables/*.csv``, side tables not counted)."""
+        return sorted(p for p in (self.root / "tables").glob("*.csv") if not is_side_table(p))
 
     def plot_dir(self, experiment: str) -> Path:
         return self.root / "plots" / experiment

@@ -12,11 +12,10 @@ from pathlib import Path
 def write_plots(experiment: str, table_path: Path, out: Path) -> list[Path]:
     """Draw an experiment's figures from its table into the folder ``out`` (written whole,
     then renamed into place): the plots rule's work, and perfgrid.rerender's."""
-    import pandas as pd
-
+    from perfgrid.aggregate import load_table
     from perfgrid.analysis import module
 
-    table = pd.read_csv(table_path)
+    table = load_table(table_path)  # its side tables' lists joined back
     tmp = out.with_name(f".{out.name}.tmp")
     if tmp.exists():
         import shutil

@@ -68,10 +68,10 @@ def rebuild(root: Path, cfg: dict[str, Any], tabulated: set[str]) -> list[str]:
         paths = sorted(str(p) for p in raw.rglob("*.json")) if raw.is_dir() else []
         table = aggregate.build_table(
             name, paths, recorded_as=lambda p: str(recorded / Path(p).relative_to(root)))
-        (root / "tables").mkdir(exist_ok=True)
-        table.to_csv(root / "tables" / f"{name}.csv", index=False)
+        layout = Layout(root)
+        aggregate.write_table(table, layout.table(name))  # and its side tables
         (root / "plots").mkdir(exist_ok=True)
-        write_plots(name, root / "tables" / f"{name}.csv", root / "plots" / name)
+        write_plots(name, layout.table(name), layout.plot_dir(name))
         names.append(name)
     return names
 
@@ -98,7 +98,7 @@ def from_archive(path: Path, out: Path) -> Path:
         for name in DERIVED:
             if (root / name).exists():
                 os.rename(root / name, aside / name)
-        names = rebuild(root, cfg, {p.stem for p in (aside / "tables").glob("*.csv")})
+        names = rebuild(root, cfg, {p.stem for p in Layout(aside).tables()})
         run_root = Layout.for_host(root.name, cfg["results"]).root
         facts = {}  # the fixtures' sidecars the archive holds (those under results/<host>)
         for fixture in fixtures.needed(cfg):

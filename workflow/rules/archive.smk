@@ -1,6 +1,6 @@
 # Targets outside `all`: `snakemake --cores 1 archive`, `snakemake --cores 1 compare`.
 from perfgrid.archive import archive_name
-from perfgrid.paths import every_table
+from perfgrid.paths import every_table, side_tables_of
 
 ARCHIVE = f"{SETTINGS['results']}/archive/{archive_name(SETTINGS['host'])}.tar.gz"
 
@@ -23,9 +23,11 @@ rule archive:
 
 
 rule compare:
-    # every table of every host under results/, looked for only when compare is asked for
+    # every table of every host under results/ and its side tables (a host's tables from
+    # before side tables have none), looked for only when compare is asked for
     input:
-        lambda w: [str(table) for table in every_table(SETTINGS["results"])],
+        lambda w: [str(path) for table in every_table(SETTINGS["results"])
+                   for path in [table, *side_tables_of(table).values()] if path.exists()],
     output:
         md=f"{SETTINGS['results']}/compare/summary.md",
         html=f"{SETTINGS['results']}/compare/summary.html",

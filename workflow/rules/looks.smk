@@ -1,14 +1,8 @@
-# Looks at an experiment's claims after some of its rounds (perfgrid.looks): the rounds
-# after a look are measured only for the points of claims still undecided that can still
-# be decided. Only experiments with `measure.claims.looks` have them; a look waits for
-# every round before it of the experiment's claim points, and the claim blocks of later
-# rounds wait for it (rules/benchmark.smk): a point it let go gets a note, not a
-# measurement (perfgrid.block), so the plan is the same before and after a look.
-
+# Looks at an experiment's claims after some of its rounds (perfgrid.looks, perfgrid.plan).
 
 rule look:
     input:
-        unpack(look_results),
+        unpack(lambda w: glue.look_inputs(PLAN, LAYOUT, SRC, w.experiment, int(w.blocks))),
     output:
         LAYOUT.look("{experiment}", "{blocks}"),
     log:
@@ -16,7 +10,7 @@ rule look:
     wildcard_constraints:
         blocks=r"\d+",
     params:
-        planned=look_params,
+        planned=lambda w: glue.look_params(PLAN, LAYOUT, w.experiment, int(w.blocks)),
     # alone, as a benchmark job is: it reads and bootstraps while nothing is measured
     resources:
         bench=1,

@@ -1,17 +1,10 @@
-# The noise profile (perfgrid.noiseprofile): before the benchmarks, two pairs of points the
-# claims compare, measured back to back in fresh processes block by block, give each
-# level's spread and cost on this machine (noise.json; a table in the report). Like a
-# benchmark job it holds the bench resource and the harness's lock, so nothing measures
-# beside it, and the highest priority, so it runs once its inputs are there and before
-# any benchmark. Its pairs are the experiments' own (noise_pair), those of this run's
-# experiments; it needs what a benchmark job of each of their points needs (the test file's
-# ready note, the workload's code, the C program), so it is measured again when those are
-# made again (a run that remakes the test file for its jobs) or change, or when its own
-# code or blocks change. noise.profile.blocks: 0 leaves it out of the run.
+# The noise profile, measured before the benchmarks (perfgrid.noiseprofile).
 
 rule noise_profile:
     input:
-        unpack(noise_inputs),
+        unpack(lambda w: glue.noise_inputs(SETTINGS, LAYOUT, SRC)),
+        # ancient: a config edit elsewhere does not rerun it
+        config=ancient(str(LAYOUT.used_config)),
     output:
         LAYOUT.noise_profile,
     log:
@@ -24,8 +17,8 @@ rule noise_profile:
     resources:
         bench=1,
         slurm_extra="'--exclusive'",
-        cpus_per_task=granted_threads,
-        **noise_memory(),
+        cpus_per_task=lambda wildcards, threads: threads,
+        **glue.noise_memory(SETTINGS),
     priority: 1
     conda:
         CONDA_ENV

@@ -1,9 +1,4 @@
-# The programs benchmark jobs run besides Python, each built on its own, so that editing
-# one experiment's program reruns that experiment's jobs only. An experiment names its
-# C program (native_program) and Erlang module (erlang_module), whose sources lie in its
-# package (experiments/<name>/native/, experiments/<name>/erlang/; perfgrid.jobs finds
-# them); a native or erlang point's job takes them as input and gets them as
-# `--option binary=PATH` and `--option beams=DIR` (perfgrid.jobs).
+# The programs benchmark jobs run besides Python, each built on its own (perfgrid.jobs).
 NATIVE = jobs.native_sources()
 ERLANG = jobs.erlang_sources()
 

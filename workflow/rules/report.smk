@@ -1,8 +1,5 @@
-# Tables, plots and the report: everything derived from the raw results.
-
-# Each job's code inputs are the modules its command imports (common.smk's code(),
-# perfgrid.codeinputs) and the experiment's modules it imports by name: editing one of
-# them reruns the jobs that run it, and no other.
+# Tables, plots and the report: everything derived from the raw results. A job's code
+# inputs are what its command imports (code(), perfgrid.codeinputs).
 
 
 rule table:
@@ -10,25 +7,28 @@ rule table:
         results=lambda wildcards: runnable(wildcards.experiment),
         code=lambda wildcards: code("perfgrid.cli:_table",
                                     f"perfgrid.experiments.{wildcards.experiment}"),
+    # the table, one value a cell, and its side tables: its list-valued columns (paths.py)
     output:
-        report(
-            LAYOUT.table("{experiment}"),
+        table=report(
+            LAYOUT.table(r"{experiment,\w+}"),
             caption="../report/table.rst",
             category="{experiment}",
             labels={"experiment": "{experiment}", "type": "table"},
         ),
+        sides=LAYOUT.side_tables(r"{experiment,\w+}"),
     log:
         LAYOUT.log("{experiment}", "table.log"),
     conda:
         CONDA_ENV
     shell:
-        "python -m perfgrid.cli table {wildcards.experiment} {output:q} {input.results:q} "
-        "> {log:q} 2>&1"
+        "python -m perfgrid.cli table {wildcards.experiment} {output.table:q} "
+        "{input.results:q} > {log:q} 2>&1"
 
 
 rule plots:
     input:
         table=LAYOUT.table("{experiment}"),
+        sides=LAYOUT.side_tables("{experiment}"),
         code=lambda wildcards: code("perfgrid.cli:_plots",
                                     f"perfgrid.experiments.{wildcards.experiment}.analysis"),
     output:
@@ -50,7 +50,7 @@ rule plots:
 
 rule report:
     input:
-        tables=[LAYOUT.table(e) for e in SETTINGS["experiments"]],
+        tables=[t for e in SETTINGS["experiments"] for t in LAYOUT.table_files(e)],
         figures=[LAYOUT.plot_dir(e) for e in SETTINGS["experiments"]],
         machine=LAYOUT.machine,
         skipped=LAYOUT.skipped,

@@ -1,5 +1,16 @@
-# What every result set needs besides the benchmarks: machine facts, the config
-# as used, the skipped points, and the fixtures (the random test file).
+# Besides the benchmarks: the plan, machine facts, the config as used, skipped points, fixtures.
+
+
+rule plan:
+    # written again when the plan changes (its digest); no job takes it as input (perfgrid.glue)
+    output:
+        plan=LAYOUT.plan,
+    log:
+        LAYOUT.log("plan.log"),
+    params:
+        digest=PLAN.digest(),
+    run:
+        plan.write(PLAN, output.plan, log[0])
 
 
 rule machine:
@@ -29,9 +40,7 @@ rule used_config:
 
 
 rule skipped:
-    # The job works the list out again from the config as used (hundreds of points do not
-    # fit on a command line); the params hold the list the DAG was built with, so that
-    # Snakemake reruns the job when it changes (a tool installed or removed).
+    # params: the list the DAG was built with, so it reruns when the list changes
     input:
         LAYOUT.used_config,
     output:
@@ -46,30 +55,21 @@ rule skipped:
         "python -m perfgrid.cli skipped {input:q} {output:q} > {log:q} 2>&1"
 
 
-# One rule per fixture (perfgrid.fixtures), named after it: rule testfile.
+# One rule per fixture (perfgrid.fixtures), named after it (rule testfile): the data file
+# is no declared output; the job writes the ready note the benchmarks wait for.
 for fixture in FIXTURES:
 
     rule:
-        # The data file is no declared output: Snakemake deletes the outputs of a failed
-        # job and temp() outputs once used, and the file at <fixture>.path may be a file
-        # perfgrid did not create. The job generates it where nothing is (linked into
-        # place, never replacing), or checks the one perfgrid generated there before
-        # (sidecar and SHA-256), and then writes the ready note the benchmarks wait for.
         name:
             fixture.name
         output:
-            # temp: made again (in seconds) whenever a benchmark needs the file
             ready=temp(LAYOUT.fixture_ready(fixture.name)),
         log:
             LAYOUT.log(f"{fixture.name}.log"),
         params:
             path=SETTINGS[fixture.name]["path"],
             args=fixture.make_args(SETTINGS[fixture.name]),
-            # perfgrid removes only a file it generated at the default path in this run
-            record=(f"--record {shlex.quote(str(LAYOUT.fixture_record(fixture.name)))}"
-                    if os.path.abspath(SETTINGS[fixture.name]["path"])
-                    == os.path.abspath(LAYOUT.fixture_default(fixture.file_name)) else ""),
-        # alone on the machine, like a benchmark: its generation speed is recorded
+            record=glue.fixture_record(SETTINGS, LAYOUT, fixture),
         threads: BENCH_THREADS
         conda:
             CONDA_ENV

@@ -351,30 +351,24 @@ def quiet(table):
     no value and a claim that needed it says so (``no estimate ...: left out of claims:
     ...``).
     """
-    import json
-
     import pandas as pd
 
-    from perfgrid.aggregate import raw_rate
+    from perfgrid.aggregate import listed, raw_rate
 
     if "noisy_rounds" not in table or table.empty:
         return table
     rows = []
     for _, row in table.iterrows():
         row = row.copy()
-        noisy = row["noisy_rounds"]
-        noisy = json.loads(noisy) if isinstance(noisy, str) and noisy else []
-        raw = row.get("process_values")
-        if not noisy or not isinstance(raw, str) or not raw:
+        noisy = listed(row["noisy_rounds"]) or []
+        groups = listed(row.get("process_values"))
+        if not noisy or not groups:
             rows.append(row)
             continue
-        groups = json.loads(raw)
-        labels = row.get("process_rounds")
-        labels = json.loads(labels) if isinstance(labels, str) and labels else None
+        labels = listed(row.get("process_rounds"))
         if labels is None:  # one round: its label is the one listed
             labels = [noisy[0]] * len(groups)
-        meta = row.get("process_metadata")
-        meta = json.loads(meta) if isinstance(meta, str) and meta else None
+        meta = listed(row.get("process_metadata"))
         keep = [i for i, label in enumerate(labels) if label not in noisy]
         shown = ", ".join(str(n) for n in noisy)
         if not keep:
@@ -388,10 +382,10 @@ def quiet(table):
             rows.append(row)
             continue
         groups = [groups[i] for i in keep]
-        row["process_values"] = json.dumps(groups)
-        row["process_rounds"] = json.dumps([labels[i] for i in keep])
+        row["process_values"] = groups
+        row["process_rounds"] = [labels[i] for i in keep]
         if meta is not None and len(meta) == len(labels):
-            row["process_metadata"] = json.dumps([meta[i] for i in keep])
+            row["process_metadata"] = [meta[i] for i in keep]
         row["rate"] = raw_rate(groups, float(row["work_per_loop"]))
         row["rounds_left_out"] = shown
         rows.append(row)
@@ -651,7 +645,7 @@ def observed_estimate(row, key, seed: int | None = None) -> Estimate:
     """
     import json
 
-    from perfgrid.aggregate import point_of
+    from perfgrid.aggregate import listed, point_of
     from perfgrid.stats import from_points, mean_estimate, seed_for
 
     name = key if isinstance(key, str) else getattr(key, "__name__", "derived")
@@ -679,8 +673,7 @@ def observed_estimate(row, key, seed: int | None = None) -> Estimate:
         seed = seed_for(row.get("experiment"), row.get("runtime"), row.get("result_file"),
                         raw if isinstance(raw, str) else json.dumps(raw), name)
     # measured in rounds: each process's round, so that a ratio pairs round by round
-    labels = row.get("process_rounds")
-    rounds = json.loads(labels) if isinstance(labels, str) and labels else None
+    rounds = listed(row.get("process_rounds"))
     if rounds is not None and len(rounds) != len(values):
         rounds = None
     return from_points(mean_estimate([[v] for v in values], seed=seed, rounds=rounds),
@@ -700,17 +693,23 @@ def tick_counts(row, key) -> tuple[int, int, float] | None:
     A share of exactly 0 or 1 has no log, so :func:`observed_estimate` gives it no interval;
     as a count it has exact binomial bounds (``stats.binomial_share``). The ticks are at
     least ``TICKS_PER_S`` a CPU-second, rounded down: fewer trials, a wider bound.
+
+    A process whose share or CPU time is not a number (NaN: a share of no CPU seconds) is
+    not counted: it had no ticks to count; with none left, None.
     """
-    import json
+    from perfgrid.aggregate import listed
 
     try:
-        processes = json.loads(row["process_metadata"])
+        processes = listed(row["process_metadata"])
         cpu = [float(p["user_s"]) + float(p["sys_s"]) for p in processes]
         shares = [float(p[key]) if isinstance(key, str) else float(key(p)) for p in processes]
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
         return None
-    if not processes:
+    counted = [(s, c) for s, c in zip(shares, cpu, strict=True)
+               if math.isfinite(s) and math.isfinite(c)]
+    if not counted:
         return None
+    shares, cpu = [s for s, _ in counted], [c for _, c in counted]
     cpu_s = sum(cpu)
     ticks = math.floor(cpu_s * TICKS_PER_S)
     hits = min(ticks, round(sum(s * c for s, c in zip(shares, cpu, strict=True)) * TICKS_PER_S))

@@ -111,7 +111,7 @@ class Experiment:
 
     #: regular expressions its axes' values must match as Snakemake wildcards (a closed
     #: set, as file_read's ``cache``); an axis left out takes ``\d+`` if it is an integer
-    #: axis, else ``[^/]+`` (workflow/rules/common.smk, axis_constraints)
+    #: axis, else ``[^/]+`` (perfgrid.glue.axis_constraints)
     axis_patterns: ClassVar[dict[str, str]] = {}
     #: its axes that every experiment's table has as a column, empty where the table's
     #: experiment has no such axis, each -> the common column it comes after

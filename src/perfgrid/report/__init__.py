@@ -10,6 +10,7 @@ This module gathers the report's data (:func:`build`) and writes it
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -81,9 +82,19 @@ def look_notes(layout: Layout, experiment: str) -> list[str]:
 
 
 def _budget_cut(layout: Layout, experiment: str) -> list[dict]:
-    """The notes of the experiment's point rounds the time budget let go (perfgrid.block)."""
-    return [note for note in map(looks.not_measured,
-                                 layout.raw_dir(experiment).rglob("round=*.json"))
+    """The notes of the experiment's point rounds the time budget let go (perfgrid.block):
+    among the results of its claim blocks' jobs in the run's plan (plan.json,
+    perfgrid.plan), the only jobs the budget lets go (whatever budget made the note); in a
+    result set without a plan, among its round files."""
+    if layout.plan.exists():
+        planned = json.loads(layout.plan.read_text())
+        paths = [layout.root / os.path.relpath(job["result"], planned["root"])
+                 for job in planned["jobs"]
+                 if job["experiment"] == experiment and job["rule"] in planned["blocks"]]
+        paths = [path for path in paths if path.exists()]
+    else:
+        paths = list(layout.raw_dir(experiment).rglob("round=*.json"))
+    return [note for note in map(looks.not_measured, paths)
             if note is not None and note.get("look") == looks.BUDGET]
 
 

@@ -3,19 +3,19 @@ points whose counting pass did not run."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pandas as pd
 
 from perfgrid import counters
+from perfgrid.aggregate import listed
 
 
-def _rounds(listed: Any) -> int:
-    """How many rounds a ``noisy_rounds`` cell (a JSON list) names."""
+def _rounds(cell: Any) -> int:
+    """How many rounds a ``noisy_rounds`` cell (a list, or an older table's JSON) names."""
     try:
-        return len(json.loads(listed)) if isinstance(listed, str) and listed else 0
-    except ValueError:
+        return len(listed(cell) or [])
+    except (TypeError, ValueError):
         return 0
 
 

@@ -53,15 +53,16 @@ OPENLOOP_LATENCIES = {"p50_ms": "p50", "p90_ms": "p90", "p99_ms": "p99", "p99_9_
 
 
 def openloop_steps(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per step of every open-loop sweep (the ``openloop_steps`` JSON of its row)."""
-    import json
+    """One row per step of every open-loop sweep (the ``openloop_steps`` records of its
+    row: the table's ``records`` side table, or an older table's JSON)."""
+    from perfgrid.aggregate import listed
 
     if table.empty or "openloop_steps" not in table:
         return pd.DataFrame()
     rows = []
     for _, r in table[table["openloop_steps"].notna()].iterrows():
-        for step in json.loads(r["openloop_steps"]):
-            step.pop("hdr", None)
+        for step in listed(r["openloop_steps"]) or []:
+            step = {k: v for k, v in step.items() if k != "hdr"}
             rows.append({"variant": r["variant"], "keepalive": r["keepalive"],
                          "binding": r["binding"], "workers": int(r["workers"]),
                          "concurrency": int(r["concurrency"]), **step})

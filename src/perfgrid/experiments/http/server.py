@@ -23,7 +23,6 @@ HOST = "127.0.0.1"
 BACKLOG = 4096
 #: zero-padded so every answer has the same length (ab counts length changes as failures)
 VALUE_DIGITS = 20
-BODY_BYTES = VALUE_DIGITS + 1
 #: the largest request head a worker accepts
 MAX_HEAD = 16384
 
