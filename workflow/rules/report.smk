@@ -1,5 +1,4 @@
-# Tables, plots and the report: everything derived from the raw results. A job's code
-# inputs are what its command imports (code(), perfgrid.codeinputs).
+# Tables (with side tables, paths.py), plots and the report; code inputs: code().
 
 
 rule table:
@@ -7,7 +6,6 @@ rule table:
         results=lambda wildcards: runnable(wildcards.experiment),
         code=lambda wildcards: code("perfgrid.cli:_table",
                                     f"perfgrid.experiments.{wildcards.experiment}"),
-    # the table, one value a cell, and its side tables: its list-valued columns (paths.py)
     output:
         table=report(
             LAYOUT.table(r"{experiment,\w+}"),
