@@ -9,7 +9,6 @@ include: "workflow/rules/setup.smk"
 include: "workflow/rules/programs.smk"
 include: "workflow/rules/noise.smk"
 include: "workflow/rules/benchmark.smk"
-include: "workflow/rules/looks.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/archive.smk"
 
@@ -26,7 +25,6 @@ localrules:
     report,
     archive,
     compare,
-    look,
 
 
 rule all:

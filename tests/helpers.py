@@ -211,8 +211,7 @@ CONFIG = {
         "bindings": ["none", "single"],
         "caches": ["warm"],
         "measure": {"processes": 1, "values": 2, "warmups": 0, "loops": 1, "target_ci": None,
-                    "claims": {"processes": 3, "values": 1, "target_ci": None, "rounds": 1,
-                               "looks": []}},
+                    "claims": {"processes": 3, "values": 1, "target_ci": None, "rounds": 1}},
     },
 }
 

@@ -90,5 +90,4 @@ def test_claim_points_get_the_claims_repetitions() -> None:
     assert planning.rounds_of(cfg, "file_read", {**erlang, "binding": "none"}) == 1
     assert planning.rounds_of(cfg, "file_read", {**erlang, "binding": "none",
                                                  "block_size": 1 << 20}) == design
-    assert "--looks" not in planning.measure_args(cfg, "file_read", point)
     assert "claims" not in planning.measure_of(cfg, "file_read", point)

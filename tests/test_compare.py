@@ -10,7 +10,8 @@ import pandas as pd
 import pyperf
 import pytest
 
-from perfgrid import aggregate, cli, compare, looks
+from perfgrid import aggregate, cli, compare
+from perfgrid.atomic import write_json
 from perfgrid.experiments import get
 from perfgrid.paths import Layout
 
@@ -305,10 +306,16 @@ def test_aa_stops_when_a_run_fails(tmp_path, monkeypatch):
     assert not (tmp_path / "results" / "compare").exists()
 
 
-# -- result sets with rounds let go (perfgrid.looks, perfgrid.block) ---------------------
+# -- result sets of an earlier perfgrid, with rounds let go (perfgrid.aggregate.not_measured)
+def _write_note(path: Path, why: str, blocks: int) -> None:
+    """The note an earlier perfgrid wrote where a round it let go would have its result."""
+    write_json(path, {aggregate.NOT_MEASURED: {"look": "look-2.json", "why": why,
+                                               "blocks": blocks}})
+
+
 def rounds_folder(root: Path, host: str, speed: float, measured: int = 2,
                   let_go: int = 1) -> Path:
-    """results/<host> under ``root`` as a run with looks leaves it: file_read's ``read``
+    """results/<host> under ``root`` as an earlier perfgrid's looks left it: file_read's ``read``
     point measured in ``measured`` rounds (each 3 processes of 3 values at ``speed``
     times a base rate), then ``let_go`` rounds a look let go, each a note where its
     result would be; the table built from all of them, as rule table builds it."""
@@ -322,9 +329,7 @@ def rounds_folder(root: Path, host: str, speed: float, measured: int = 2,
         path = root / layout.raw_result("file_read", pt, axes, round=round_)
         path.parent.mkdir(parents=True, exist_ok=True)
         if round_ > measured:
-            looks.write_not_measured(path, root / "look-2.json", {
-                "stop": True, "why": "every claim comparing this point was decided",
-                "blocks": measured})
+            _write_note(path, "every claim comparing this point was decided", measured)
         else:
             meta = {"name": "x", "loops": 1, "perfgrid_experiment": "file_read",
                     "perfgrid_point": json.dumps(pt, sort_keys=True),
@@ -345,7 +350,7 @@ def test_compare_leaves_out_the_rounds_let_go_and_counts_them(tmp_path):
     a = rounds_folder(tmp_path, "hosta", 1.0)
     b = rounds_folder(tmp_path, "hostb", 2.0, measured=3, let_go=2)
     point = a / "raw" / "file_read" / "variant=read" / "cache=warm" / "binding=none"
-    assert looks.not_measured(next(point.rglob("round=3.json")))  # a note, as the run left it
+    assert aggregate.not_measured(next(point.rglob("round=3.json")))  # a note, as the run left it
     assert pd.read_csv(a / "tables" / "file_read.csv")["n_rounds"].tolist() == [2]
     itself = compare.compare(str(a), str(a), tmp_path / "self")
     row = itself["tables"]["file_read"].iloc[0]
@@ -357,7 +362,7 @@ def test_compare_leaves_out_the_rounds_let_go_and_counts_them(tmp_path):
     assert row["test"] == "Welch t, log process means"  # 6 and 9 processes, notes left out
     assert out["not_measured"] == {"a": 1, "b": 2}
     text = (tmp_path / "cmp" / "compare.md").read_text()
-    assert ("Rounds let go (not measured, by a look or the time budget) left out: "
+    assert ("Rounds an earlier perfgrid let go (not measured) left out: "
             "1 in hosta, 2 in hostb.") in text
 
 
@@ -388,7 +393,7 @@ def test_a_point_whose_every_round_was_let_go_is_refused_naming_it(tmp_path, cap
     """The table says the point was measured; its files say otherwise."""
     a = rounds_folder(tmp_path, "hosta", 1.0)
     for path in a.rglob("round=*.json"):
-        looks.write_not_measured(path, tmp_path / "look.json", {"why": "test"})
+        _write_note(path, "test", 1)
     err = _refused(capsys, a, a, tmp_path / "cmp")
     assert "every round of this point was let go (not measured)" in err
     assert "variant=read" in err

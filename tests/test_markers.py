@@ -120,7 +120,7 @@ def test_every_test_that_runs_snakemake_is_marked_pipeline_and_snakemake(collect
     assert unmarked == []
     # the reading finds them: through the tree fixture, a helper, and a function's own import
     found = {nodeid.split("::")[0] for nodeid, row in collected.items() if row["snakemake"]}
-    assert {"tests/test_pipeline.py", "tests/test_registry.py", "tests/test_looks.py",
+    assert {"tests/test_pipeline.py", "tests/test_registry.py", "tests/test_testfile.py",
             "tests/test_report_browser.py", "tests/test_adding_an_experiment.py"} <= found
 
 

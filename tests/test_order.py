@@ -87,19 +87,6 @@ def test_the_seed_decides_the_order_and_is_repeatable():
     assert sorted(map(repr, order.planned(jobs, True, 7))) == sorted(map(repr, jobs))
 
 
-def test_the_rounds_a_budget_may_let_go_run_last_in_the_same_order():
-    jobs = [order.Job("toy", {"level": level}, r) for level in range(4)
-            for r in range(1, (6 if level < 2 else 3) + 1)]
-    jobs += [order.Job("toy", {"level": level}, 1) for level in range(4, 12)]
-    spread = order.planned(jobs, True, 11)
-    late = order.planned(jobs, True, 11, late_after=3)
-    rounds = [job.round for job in late]
-    assert max(rounds[:rounds.index(4)]) <= 3 and min(rounds[rounds.index(4):]) >= 4
-    assert [j for j in late if j.round <= 3] == [j for j in spread if j.round <= 3]
-    assert [j for j in late if j.round > 3] == [j for j in spread if j.round > 3]
-    assert late != spread  # some sweep point or round <= 3 was after a round > 3
-
-
 def test_priorities_put_the_first_job_first_and_all_below_setup_jobs():
     cfg = quick_config()
     plan = order.planned(planning.jobs(cfg), True, 3)

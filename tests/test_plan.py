@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from perfgrid import block, experiments, glue, looks, planning, progress, settings
+from perfgrid import block, experiments, glue, planning, progress, settings
+from perfgrid.config_errors import ConfigError
 from perfgrid.paths import Layout
 from perfgrid.plan import Plan, build, write
 
@@ -85,7 +86,6 @@ def test_claim_points_rounds_sit_in_claim_blocks_and_sweep_points_in_no_block(pl
         jobs = sorted((j for j in plan.jobs if j.rule == name), key=lambda j: -j.priority)
         assert [j.result for j in jobs] == list(members.results)  # in the run's order
         assert members.priority == jobs[0].priority
-        assert {j.look for j in jobs} == {members.look}
 
 
 def test_every_jobs_command_words_name_its_point_on_each_axis(planned):
@@ -106,35 +106,26 @@ def test_a_blocks_plan_reads_back_from_plan_json_as_perfgrid_block_reads_it(plan
         read = block.from_plan(data, name)
         assert read == plan.block_plan(name)
         assert [p["result"] for p in read["points"]] == list(members.results)
-        assert read["budget"] == plan.budget and read["round"] == members.round
+        assert read["round"] == members.round and read["experiment"] == members.experiment
 
 
-def test_the_full_plan_has_blocks_and_its_later_rounds_run_last():
+def test_the_full_plan_has_blocks_and_a_budget_that_cuts_nothing():
     cfg = config(*CONFIGS["full"])
     plan = build(cfg, Layout.for_host(cfg["host"], cfg["results"]))
     assert plan.blocks
-    if plan.budget["minutes"] is not None:  # the rounds it may let go run last
-        keep = plan.budget["keep_rounds"]
-        late = [job.priority for job in plan.jobs if job.round > keep]
-        early = [job.priority for job in plan.jobs if job.round <= keep]
-        assert not late or max(late) < min(early)
+    assert plan.budget == {"minutes": cfg["budget"]["minutes"]}
+    assert "look" not in plan.to_json()["jobs"][0] and "looks" not in plan.to_json()
 
 
-def test_the_rounds_after_a_look_wait_for_it():
-    cfg = config(*CONFIGS["full"], syscall={"measure": {"claims": {"rounds": 4, "looks": [2]}}})
-    layout = Layout.for_host(cfg["host"], cfg["results"])
-    plan = build(cfg, layout)
-    assert plan.looks["syscall"] == (2, 4)
-    look = str(layout.look("syscall", 2))
-    claimed = [j for j in plan.jobs if j.experiment == "syscall" and j.claim and j.rounds > 1]
-    assert claimed and {j.look for j in claimed if j.round > 2} == {look}
-    assert {j.look for j in claimed if j.round <= 2} == {None}
-    assert {b.look for b in plan.blocks.values() if b.experiment == "syscall"
-            and b.round > 2} == {look}
-    found = glue.look_inputs(plan, layout, "src/perfgrid", "syscall", 2)
-    assert found["results"] == [j.result for j in claimed if j.round <= 2]
-    assert found["previous"] == []
-    assert glue.look_params(plan, layout, "syscall", 2) == "--looks 2 --cap 4 --at 1"
+@pytest.mark.parametrize("overrides, key", [
+    ({"syscall": {"measure": {"claims": {"rounds": 4, "looks": [2]}}}}, "looks"),
+    ({"budget": {"minutes": 80, "keep_rounds": 3}}, "keep_rounds"),
+])
+def test_a_config_that_asks_for_looks_or_a_clock_cut_is_refused_naming_the_key(overrides,
+                                                                               key):
+    """Rounds are fixed before the run: no look at the claims, no cut by the clock."""
+    with pytest.raises(ConfigError, match=key):
+        config(*CONFIGS["full"], **overrides)
 
 
 def test_the_quick_plan_is_a_smaller_plan_of_the_same_shape():
@@ -145,7 +136,7 @@ def test_the_quick_plan_is_a_smaller_plan_of_the_same_shape():
     full, quick = plans["full"], plans["quick"]
     assert 0 < len(quick.jobs) < len(full.jobs)
     assert len(quick.blocks) <= len(full.blocks)
-    assert set(quick.looks) <= set(full.looks)
+    assert set(quick.rounds) <= set(full.rounds)
     assert quick.to_json().keys() == full.to_json().keys()
     assert {k: type(v) for k, v in quick.to_json()["jobs"][0].items()} == {
         k: type(v) for k, v in full.to_json()["jobs"][0].items()}
@@ -204,10 +195,6 @@ def test_the_rules_functions_agree_with_the_plan(planned):
                 assert glue.job_options(cfg, layout, made, experiment)(wildcards) == (
                     shlex.join(job.options))
         assert glue.job_priority(unplanned, experiment)(wildcards) == -1
-    for experiment, schedule in plan.looks.items():
-        for n in schedule[:-1]:
-            found = glue.look_inputs(plan, layout, "src/perfgrid", experiment, n)["results"]
-            assert found and set(found) <= {j.result for j in plan.jobs if j.round <= n}
     assert layout.plan in glue.all_outputs(cfg, layout)
 
 
@@ -216,28 +203,52 @@ def test_the_progress_line_counts_the_plans_jobs_and_its_budget(planned, tmp_pat
     monkeypatch.chdir(tmp_path)  # no result of the plan's there yet
     facts = progress.from_plan(json.loads(json.dumps(plan.to_json())), run_started=1000.0)
     assert facts["expected"] == [job.result for job in plan.jobs]
-    assert facts["at_most"] == any(len(s) > 1 for s in plan.looks.values())
     minutes = plan.budget["minutes"]
-    assert facts["budget"] == (None if minutes is None
-                               else (1000.0 + 60 * minutes, plan.budget["keep_rounds"]))
+    assert facts["budget_end"] == (None if minutes is None else 1000.0 + 60 * minutes)
     line = progress.eta_line(started=1000.0, now=1060.0, **facts)
-    assert line.startswith(f"perfgrid: 0{' of at most ' if facts['at_most'] else '/'}"
-                           f"{len(plan.jobs)} benchmark points done")
+    assert line.startswith(f"perfgrid: 0/{len(plan.jobs)} benchmark points done")
 
 
-def test_the_report_counts_the_rounds_the_budget_let_go_among_the_plans_blocks(tmp_path):
-    from perfgrid.report import budget_notes
+def _sections(layout: Layout, finished: float) -> list[dict]:
+    import pandas as pd
+
+    return [{"name": "spawn", "table": pd.DataFrame({"finished": [finished - 5, finished]})}]
+
+
+@pytest.mark.parametrize("ended_after, marked", [(81, True), (79, False)])
+def test_the_report_marks_a_run_whose_benchmarks_ended_past_its_budget(tmp_path, ended_after,
+                                                                        marked):
+    from perfgrid.atomic import write_json
+    from perfgrid.report import over_budget
+    from perfgrid.report.pages import _cut_words
 
     cfg = config(*CONFIGS["full"])
     layout = Layout(tmp_path / cfg["host"])
-    planned = build(cfg, layout)
-    write(planned, layout.plan, layout.log("plan.log"))
-    experiment = next(iter(planned.blocks.values())).experiment
-    late = [j for j in planned.jobs if j.experiment == experiment and j.rule != experiment
-            and j.round == planned.rounds[experiment]]
-    for job, look in ((late[0], looks.BUDGET), (late[1], looks.BUDGET), (late[2], "a look")):
-        looks.write_not_measured(job.result, look, {"why": "", "blocks": job.round - 1})
-    stray = layout.raw_dir(experiment) / "not=planned" / "round=9.json"  # in no plan
-    looks.write_not_measured(stray, looks.BUDGET, {"why": "", "blocks": 1})
-    [line] = budget_notes(layout, experiment)
-    assert "before 2 point rounds" in line and f"from round {late[0].round} on" in line
+    write(build(cfg, layout), layout.plan)
+    write_json(layout.run_record, {"started": 1000.0})
+    found = over_budget(layout, _sections(layout, 1000.0 + 60 * ended_after))
+    assert (found is not None) == marked
+    if marked:
+        assert found == {"minutes": pytest.approx(81), "budget": cfg["budget"]["minutes"]}
+        words = _cut_words(0, found)
+        assert "TOOK LONGER THAN ITS TIME BUDGET" in words and "81 min" in words
+        assert "Nothing was cut" in words
+    assert _cut_words(0, None) == ""
+    (layout.run_record).unlink()  # a result set without run.json: no mark
+    assert over_budget(layout, _sections(layout, 1e12)) is None
+
+
+def test_the_report_counts_the_rounds_an_earlier_perfgrid_let_go(tmp_path):
+    """A result set of an earlier perfgrid, whose looks or clock let rounds go, each a note
+    where its result would be: the report still says the run was cut."""
+    from perfgrid.atomic import write_json
+    from perfgrid.report import let_go
+    from perfgrid.report.pages import _cut_words
+
+    layout = Layout(tmp_path / "old")
+    for round_ in (4, 5):
+        write_json(layout.raw_dir("spawn") / "variant=x" / f"round={round_}.json",
+                   {"perfgrid_not_measured": {"look": "budget", "why": "", "blocks": 3}})
+    write_json(layout.raw_dir("spawn") / "variant=x" / "round=1.json", {"benchmarks": []})
+    assert let_go(layout, "spawn") == 2 and let_go(layout, "timers") == 0
+    assert _cut_words(2, None).startswith("THIS RUN WAS CUT: an earlier perfgrid let 2 point")

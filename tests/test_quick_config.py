@@ -177,7 +177,7 @@ def test_compare_of_the_run_with_its_archive(quick: Path, made: Path, tmp_path: 
 def test_compare_of_a_result_set_with_rounds_let_go(let_go: Path, tmp_path: Path):
     done = perfgrid(tmp_path, "compare", str(let_go), str(let_go), "--out", str(tmp_path / "c"))
     assert "file_read: 1 points compared" in done.stdout
-    assert "Rounds let go" in (tmp_path / "c" / "compare.md").read_text()
+    assert "let go (not measured) left out" in (tmp_path / "c" / "compare.md").read_text()
 
 
 def test_verify_passes_on_the_archive(made: Path):

@@ -36,7 +36,7 @@ CONFIG = {
         "bindings": ["none"],
         "caches": ["warm"],
         "measure": {"processes": 1, "values": 2, "warmups": 0, "loops": 1, "target_ci": None,
-                    "claims": {"target_ci": None, "rounds": 1, "looks": []}},
+                    "claims": {"target_ci": None, "rounds": 1}},
     },
 }
 AXES = ["variant", "cache", "binding", "workers", "block_size"]

@@ -335,8 +335,8 @@ def test_rounds_to_settle_says_when_it_cannot_tell() -> None:
 
 
 def test_a_decision_level_widens_every_interval_inside_it() -> None:
-    """Claims judged at three looks decide at 1 - 0.05 / 3: wider intervals, and the level
-    is back to 95 % after."""
+    """Claims judged at 1 - 0.05 / 3 (three at once, Bonferroni) take wider intervals, and
+    the level is back to 95 % after."""
     ratio = _blocks(1.2, 0.1)
     plain = ratio.interval()
     with stats.decision_level(1 - 0.05 / 3):

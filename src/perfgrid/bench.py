@@ -329,9 +329,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--counters", action="store_true",
                         help="after measuring, one untimed counting pass under perf stat "
                              "(perfgrid.counters)")
-    parser.add_argument("--looks", type=int, default=None,
-                        help="the looks this point's claims are judged at (perfgrid.looks), "
-                             "recorded for the claims' interval level")
     parser.add_argument("--batch", action="store_true",
                         help="(internal) one batch: a plain pyperf run written to --output")
     args = runner.parse_args(argv)
@@ -374,8 +371,6 @@ def main(argv: list[str] | None = None) -> None:
         finished = time.time()
     if args.round is not None:
         outcome["perfgrid_round"] = args.round
-    if args.looks is not None:
-        outcome["perfgrid_claims_looks"] = args.looks
     bench.update_metadata({**quiet, **outcome, "perfgrid_started": started,
                            "perfgrid_finished": finished, **_slurm_metadata()})
     print(f"perfgrid: {outcome.get('perfgrid_stop', 'fixed repetitions')}", file=sys.stderr)

@@ -24,17 +24,6 @@ def _table(args: argparse.Namespace) -> None:
     print(f"{args.experiment}: {len(table)} rows -> {args.output}")
 
 
-def _look(args: argparse.Namespace) -> None:
-    from perfgrid import looks
-    from perfgrid.analysis.sequential import judge
-
-    previous = looks.read(args.previous) if args.previous else None
-    record = judge(args.experiment, args.results, args.blocks, args.looks, args.cap,
-                   previous, args.at)
-    write_json(args.output, record)
-    print(f"{args.experiment}: {record['why']} -> {args.output}")
-
-
 def _plots(args: argparse.Namespace) -> None:
     from perfgrid.plots import write_plots
 
@@ -269,19 +258,6 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("output")
     p.add_argument("results", nargs="*")
     p.set_defaults(func=_table)
-
-    p = sub.add_parser("look", help="judge an experiment's claims after some of its rounds: "
-                       "are the later ones measured? (perfgrid.looks)")
-    p.add_argument("experiment")
-    p.add_argument("blocks", type=int, help="the rounds measured so far")
-    p.add_argument("output")
-    p.add_argument("results", nargs="*", help="the claim points' results of those rounds")
-    p.add_argument("--looks", type=int, required=True, help="the looks planned in all")
-    p.add_argument("--cap", type=int, required=True, help="the claim points' last round")
-    p.add_argument("--previous", help="the look before this one, if any")
-    p.add_argument("--at", type=int, default=None,
-                   help="which look this is (1-based), for its level; default: the last")
-    p.set_defaults(func=_look)
 
     p = sub.add_parser("plots", help="draw an experiment's figures from its table")
     p.add_argument("experiment")

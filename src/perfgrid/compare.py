@@ -29,7 +29,7 @@ import pandas as pd
 import pyperf
 from scipy import stats as sps
 
-from perfgrid import aggregate, analysis, archive, experiments, looks, stats
+from perfgrid import aggregate, analysis, archive, experiments, stats
 from perfgrid.analysis import literal, plot_setup, save
 from perfgrid.atomic import write_text
 from perfgrid.paths import Layout, every_table
@@ -85,10 +85,10 @@ def _load(file: Path) -> pyperf.Benchmark:
 
 
 def _is_note(file: Path) -> bool:
-    """Whether ``file`` is the note of a round let go (by a look or the time budget,
-    :func:`perfgrid.looks.not_measured`) that the pipeline writes where a result would be."""
+    """Whether ``file`` is the note of a round an earlier perfgrid let go (by a look or the
+    time budget, :func:`perfgrid.aggregate.not_measured`) where its result would be."""
     try:
-        return looks.not_measured(file) is not None
+        return aggregate.not_measured(file) is not None
     except (OSError, ValueError) as err:
         raise ValueError(f"{file}: cannot be read ({err})") from None
 
@@ -249,7 +249,7 @@ def compare(a_src: str, b_src: str, out_dir: Path) -> dict[str, Any]:
                 f"(Benjamini-Hochberg q <= {Q}); {len(points)} points compared; "
                 f"{len(changes)} claims changed verdict.")
     if let_go["a"] or let_go["b"]:
-        headline += (f" Rounds let go (not measured, by a look or the time budget) left out: "
+        headline += (f" Rounds an earlier perfgrid let go (not measured) left out: "
                      f"{len(let_go['a'])} in {label_a}, {len(let_go['b'])} in {label_b}.")
     intro = ("ratio_b_over_a > 1 means B is faster; [ratio_ci_low, ratio_ci_high] is its 95 % "
              "interval. Test: Welch's t on log per-process mean times (log values where a side "

@@ -22,7 +22,7 @@ and the experiment's rule is held to round 1 where only claim points have rounds
 A claim block gets its part of the plan (``Plan.block_plan``) on its command line
 (:func:`block_params`), and Snakemake records and compares only a digest of its points'
 command words (:func:`block_digest`), so it reruns the block when they change, not when
-the order inside the block or the time budget does. plan.json is no input of any
+the order inside the block does. plan.json is no input of any
 benchmark job: Snakemake (9.27, ``DAG.update_needrun``) does not check the params, input
 set or code of a job downstream of one that must rerun, and then skips a dependency that
 is only an ``ancient`` input, so a block taking plan.json as an ancient input would not
@@ -204,15 +204,13 @@ def axis_constraints(experiment: str) -> dict[str, str]:
 def block_inputs(cfg: Config, layout: Layout, plan: Plan, src: str,
                  name: str) -> dict[str, list[str]]:
     """What claim block ``name`` needs besides the plan: what a job of each of its points
-    would need, its code, and the record of the look its round waits for, if any."""
+    would need, and its code."""
     members = plan.blocks[name]
     exp = experiments.get(members.experiment)
     by_result = {job.result: job for job in plan.jobs if job.rule == name}
     points = [by_result[result].point for result in members.results]
     out = jobs.merged_inputs(((exp, point) for point in points), cfg, layout, src)
     out["code"] = code_inputs(src, "perfgrid.block")
-    if members.look is not None:
-        out["look"] = [members.look]
     return out
 
 
@@ -227,10 +225,9 @@ def block_params(block_plan: dict[str, Any]) -> dict[str, Any]:
 
 def block_digest(block_plan: dict[str, Any]) -> str:
     """A claim block's params digest, which Snakemake records and compares: it changes with
-    any point's command words, result or log and with the look the block waits for, not
-    with the order inside the block or the time budget."""
+    any point's command words, result or log, not with the order inside the block."""
     parts = sorted(json.dumps(p, sort_keys=True) for p in block_plan["points"])
-    return hashlib.sha256("\n".join([str(block_plan["look"]), *parts]).encode()).hexdigest()[:16]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
 # --- the noise profile (rules/noise.smk, perfgrid.noiseprofile) ----------------------------
@@ -257,41 +254,9 @@ def noise_memory(cfg: Config) -> dict[str, int]:
     return {"mem_mb": max(asked)} if asked else {}
 
 
-# --- looks at an experiment's claims (rules/looks.smk, perfgrid.looks) ---------------------
-
-
-def previous_look(plan: Plan, layout: Layout, experiment: str, after: int) -> str | None:
-    """The record of the look before the one after ``after`` rounds, or None."""
-    earlier = [n for n in plan.looks[experiment] if n < after]
-    return str(layout.look(experiment, max(earlier))) if earlier else None
-
-
-def look_inputs(plan: Plan, layout: Layout, src: str, experiment: str,
-                after: int) -> dict[str, list[str]]:
-    """A look's inputs: the results of the experiment's claim points measured in rounds, up
-    to its round (a round an earlier look let go is a note that says so), the look before
-    it, and its code."""
-    results = [job.result for job in plan.jobs if job.experiment == experiment
-               and job.round <= after and job.claim and job.rounds > 1]
-    previous = previous_look(plan, layout, experiment, after)
-    return {"results": results, "previous": [previous] if previous else [],
-            "code": code_inputs(src, "perfgrid.cli:_look",
-                                f"perfgrid.experiments.{experiment}.analysis")}
-
-
-def look_params(plan: Plan, layout: Layout, experiment: str, after: int) -> str:
-    """The looks planned for the experiment, its claim points' last round, and the record
-    of the look before this one."""
-    planned = list(plan.looks[experiment])
-    at = planned.index(after) + 1 if after in planned else None
-    previous = previous_look(plan, layout, experiment, after)
-    return (f"--looks {len(planned)} --cap {planned[-1]}" + (f" --at {at}" if at else "")
-            + (f" --previous {shlex.quote(previous)}" if previous else ""))
-
-
 def start_run(cfg: Config, layout: Layout, plan: Plan, argv: list[str], quiet: bool) -> None:
-    """At the start of a run (onstart): write run.json, whose ``started`` the time budget
-    counts from (perfgrid.block), and start the progress line (perfgrid.progress)."""
+    """At the start of a run (onstart): write run.json, whose ``started`` the report's note
+    on the time budget counts from, and start the progress line (perfgrid.progress)."""
     import time
 
     from snakemake import __version__ as snakemake_version

@@ -60,8 +60,7 @@ class Job:
 
 def planned(jobs: list[Job], shuffle: bool, seed: int, draws: int = DRAWS,
             block: Callable[[Job], Hashable | None] | None = None,
-            group: Callable[[Job], Hashable | None] | None = None,
-            late_after: int | None = None) -> list[Job]:
+            group: Callable[[Job], Hashable | None] | None = None) -> list[Job]:
     """``jobs`` (in sorted order) in the order they should run.
 
     The run is cut into as many phases as the most rounds any point has.
@@ -77,12 +76,6 @@ def planned(jobs: list[Job], shuffle: bool, seed: int, draws: int = DRAWS,
     inside their phase, as one unit of the permutation, shuffled among themselves; inside
     a block, jobs for which ``group`` gives the same key (not None) stay together too, the
     groups in a shuffled order, so the points of one claim run within seconds.
-
-    With ``late_after`` (the run's time budget's ``keep_rounds``), every round after it
-    runs after all other jobs, in the same relative order: those are the rounds the budget
-    may let go, so a slow day ends the run on time instead of losing the tail of a sweep
-    and of the claims' first rounds. A claim's sides stay paired within a block, so moving
-    whole blocks in time moves no bias into a claim.
     """
     rounds_of: dict[tuple[str, str], int] = {}
     for job in jobs:
@@ -108,9 +101,6 @@ def planned(jobs: list[Job], shuffle: bool, seed: int, draws: int = DRAWS,
             best = perms[int(np.argmin(imbalances(perms, numeric_axes(in_phase))))]
             in_phase = [in_phase[i] for i in best]
         out.extend(in_phase)
-    if late_after is not None:
-        out = ([job for job in out if job.round <= late_after]
-               + [job for job in out if job.round > late_after])
     return out
 
 

@@ -201,11 +201,6 @@ class Layout:
         counter where ``http.database`` is not set)."""
         return self.root / "data" / name
 
-    def look(self, experiment: str, blocks: int | str) -> Path:
-        """The record of a look at an experiment's claims after ``blocks`` rounds
-        (perfgrid.looks)."""
-        return self.root / "looks" / experiment / f"after-{blocks}-rounds.json"
-
     def table(self, experiment: str) -> Path:
         """An experiment's table: one row per grid point, one value a cell."""
         return self.root / "tables" / f"{experiment}.csv"

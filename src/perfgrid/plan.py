@@ -1,13 +1,13 @@
-"""The plan of a run: which benchmark jobs run, in what order, for how many rounds, which a
-look or the clock may let go, and with which command line. One pure function
+"""The plan of a run: which benchmark jobs run, in what order, for how many rounds, and with
+which command line. One pure function
 (:func:`build`) of the effective config (perfgrid.settings) and the experiment registry
 (perfgrid.experiments).
 
 Snakemake builds it once while it parses the workflow (workflow/rules/common.smk), rule
 ``plan`` writes it as ``results/<host>/plan.json`` (:meth:`Plan.to_json`), and the rest
 reads it: the rules' input and params functions (perfgrid.glue), the claim blocks' command
-lines (perfgrid.block), the progress line (perfgrid.progress) and the report's notes on
-the rounds the time budget let go.
+lines (perfgrid.block), the progress line (perfgrid.progress) and the report's note on
+the time budget.
 
 The words, used in this sense in code and names:
 
@@ -35,27 +35,23 @@ block
     are seconds apart: rule ``<experiment>_round_<r>`` (``_part_<p>`` for a later part of
     the same round). A point measured once is a job of its experiment's own rule, the
     sweep rule, named after the experiment.
-look
-    A judgement of an experiment's claims after some of its rounds (perfgrid.looks). The
-    experiment's look schedule lists after how many rounds; its last entry is the cap,
-    judged by the report. A block of a round after a look waits for the look's record.
-let go
-    A round a look or the time budget did not measure: a look lets a claim point's later
-    rounds go once every claim comparing it is decided (or cannot be); the budget
-    (``budget.minutes``) lets go each block of a round after ``budget.keep_rounds`` that
-    would start past it (those rounds run last). The job then writes a note where its
-    result would be.
+budget
+    The time the design is sized to take on a slow day (``budget.minutes``). It cuts
+    nothing: every run measures every job of its plan, so the rounds, and the verdicts'
+    intervals, never depend on the day. The progress line counts down to it and the
+    report says when a run took longer.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfgrid import block, experiments, jobargs, jobs, looks, order, planning
+from perfgrid import block, experiments, jobargs, jobs, order, planning
 from perfgrid.paths import Layout
 
 
@@ -81,8 +77,6 @@ class Job:
     options: tuple[str, ...]
     result: str
     log: str
-    #: the record of the look its round waits for, or None
-    look: str | None
 
     @property
     def key(self) -> order.JobKey:
@@ -100,8 +94,7 @@ class Job:
                 "key": experiments.get(self.experiment).point_key(self.point),
                 "round": self.round, "rounds": self.rounds, "claim": self.claim,
                 "priority": self.priority, "rule": self.rule, "bench": list(self.bench),
-                "options": list(self.options), "result": self.result, "log": self.log,
-                "look": self.look}
+                "options": list(self.options), "result": self.result, "log": self.log}
 
 
 @dataclass(frozen=True)
@@ -116,14 +109,12 @@ class Block:
     part: int
     #: its first job's priority
     priority: int
-    #: the record of the look its round waits for, or None
-    look: str | None
     #: its jobs' results, in the order they are measured
     results: tuple[str, ...]
 
     def to_json(self) -> dict[str, Any]:
         return {"experiment": self.experiment, "round": self.round, "part": self.part,
-                "priority": self.priority, "look": self.look, "results": list(self.results)}
+                "priority": self.priority, "results": list(self.results)}
 
 
 @dataclass(frozen=True)
@@ -136,11 +127,9 @@ class Plan:
     jobs: tuple[Job, ...]
     #: the claim blocks by name, in the order they run
     blocks: dict[str, Block]
-    #: each experiment's look schedule (perfgrid.looks.schedule)
-    looks: dict[str, tuple[int, ...]]
     #: each experiment's most rounds of any point: >1, its results are folders of rounds
     rounds: dict[str, int]
-    #: the time budget: ``minutes`` (None: none), ``keep_rounds``, ``run_record``
+    #: the time budget: ``minutes`` (None: none), which cuts nothing
     budget: dict[str, Any]
     _by_key: dict[order.JobKey, Job] = field(init=False, repr=False, compare=False)
 
@@ -159,17 +148,16 @@ class Plan:
         """What claim block ``name`` runs, as perfgrid.block reads it (block.from_plan)."""
         members = self.blocks[name]
         wanted = set(members.results)
-        return block.from_plan({"blocks": {name: members.to_json()}, "budget": self.budget,
+        return block.from_plan({"blocks": {name: members.to_json()},
                                 "jobs": [j.to_json() for j in self.jobs if j.result in wanted]},
                                name)
 
     def to_json(self) -> dict[str, Any]:
         """The plan as plain data (plan.json): ``root``, ``budget``, ``experiments`` (each
-        one's ``looks`` schedule and most ``rounds``), ``jobs`` (grid order) and
-        ``blocks`` (by name, in run order)."""
+        one's most ``rounds``), ``jobs`` (grid order) and ``blocks`` (by name, in run
+        order)."""
         return {"root": self.root, "budget": self.budget,
-                "experiments": {e: {"looks": list(self.looks[e]), "rounds": self.rounds[e]}
-                                for e in self.looks},
+                "experiments": {e: {"rounds": n} for e, n in self.rounds.items()},
                 "jobs": [job.to_json() for job in self.jobs],
                 "blocks": {name: b.to_json() for name, b in self.blocks.items()}}
 
@@ -207,20 +195,16 @@ def option_words(cfg: dict[str, Any], layout: Layout, experiment: str,
 
 def build(cfg: dict[str, Any], layout: Layout) -> Plan:
     """The plan of a run of the effective config ``cfg`` (``settings.validated``) into
-    ``layout``: every job this machine can run, in the order perfgrid.order draws (with a
-    time budget, the rounds after ``keep_rounds`` last), its claim blocks, looks and
-    budget."""
+    ``layout``: every job this machine can run, in the order perfgrid.order draws, and its
+    claim blocks."""
     names = list(cfg["experiments"])
     axes = {e: experiments.get(e).axes for e in names}
     listed = planning.jobs(cfg)
-    budget = cfg["budget"]
     ordered = order.planned(listed, cfg["order"]["shuffle"], cfg["order"]["seed"],
-                            block=planning.claim_block(cfg), group=planning.claim_group,
-                            late_after=(budget["keep_rounds"]
-                                        if budget["minutes"] is not None else None))
+                            block=planning.claim_block(cfg), group=planning.claim_group)
     priority = order.priorities(ordered, axes)
-    claim_blocks = planning.claim_blocks(cfg, ordered)
-    rule_of = {id(job): b.name for b in claim_blocks for job in b.jobs}
+    runs = _block_runs(planning.claim_block(cfg), ordered)
+    rule_of = {id(job): name for name, *_, members in runs for job in members}
     rounds = {e: planning.rounds_of(cfg, e) for e in names}
     planned = []
     for job in listed:
@@ -235,25 +219,38 @@ def build(cfg: dict[str, Any], layout: Layout) -> Plan:
             bench=tuple(bench_words(cfg, layout, job.experiment, job.point, round_)),
             options=tuple(option_words(cfg, layout, job.experiment, job.point)),
             result=layout.raw_result(job.experiment, job.point, round=round_),
-            log=layout.point_log(job.experiment, job.point, round_),
-            look=_look(cfg, layout, job)))
+            log=layout.point_log(job.experiment, job.point, round_)))
     result_of = {id(job): p.result for job, p in zip(listed, planned, strict=True)}
-    blocks = {}
-    for b in claim_blocks:
-        blocks[b.name] = Block(
-            name=b.name, experiment=b.experiment, round=b.round, part=b.part,
-            priority=priority[b.jobs[0].key(axes[b.experiment])],
-            look=_look(cfg, layout, b.jobs[0]),
-            results=tuple(result_of[id(job)] for job in b.jobs))
-    return Plan(root=str(layout.root), jobs=tuple(planned), blocks=blocks,
-                looks={e: tuple(looks.schedule(cfg, e)) for e in names}, rounds=rounds,
-                budget={**budget, "run_record": str(layout.run_record)})
+    blocks = {name: Block(name=name, experiment=experiment, round=round_, part=part,
+                          priority=priority[members[0].key(axes[experiment])],
+                          results=tuple(result_of[id(job)] for job in members))
+              for name, experiment, round_, part, members in runs}
+    return Plan(root=str(layout.root), jobs=tuple(planned), blocks=blocks, rounds=rounds,
+                budget={"minutes": cfg["budget"]["minutes"]})
 
 
-def _look(cfg: dict[str, Any], layout: Layout, job: order.Job) -> str | None:
-    """The record of the look ``job``'s round waits for, or None."""
-    look = looks.look_before(cfg, job.experiment, job.point, job.round)
-    return None if look is None else str(layout.look(job.experiment, look))
+def _block_runs(key_of: Callable[[order.Job], tuple[str, int] | None],
+                ordered: list[order.Job]) -> list[tuple[str, str, int, int, list[order.Job]]]:
+    """The claim blocks as they run: (name, experiment, round, part, jobs) for each stretch
+    of ``ordered`` (``order.planned``'s plan) whose jobs share one block key (``key_of``:
+    experiment and round) once the jobs outside any block are left out. A later stretch of
+    the same key is its next part: ``spawn_round_3``, then ``spawn_round_3_part_2``."""
+    stretches: list[tuple[tuple[str, int], list[order.Job]]] = []
+    for job in ordered:
+        key = key_of(job)
+        if key is None:
+            continue
+        if stretches and stretches[-1][0] == key:
+            stretches[-1][1].append(job)
+        else:
+            stretches.append((key, [job]))
+    parts: dict[tuple[str, int], int] = {}
+    out = []
+    for (experiment, round_), members in stretches:
+        part = parts[experiment, round_] = parts.get((experiment, round_), 0) + 1
+        name = f"{experiment}_round_{round_}" + (f"_part_{part}" if part > 1 else "")
+        out.append((name, experiment, round_, part, members))
+    return out
 
 
 def write(plan: Plan, path: str | Path, log: str | Path | None = None) -> None:

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
 from typing import Any
 
 from perfgrid import experiments, order
-from perfgrid.looks import looks_of
 
 #: pyperf's own options among the measure keys
 MEASURE_KEYS = ("processes", "values", "warmups", "loops")
@@ -65,10 +63,6 @@ def measure_args(cfg: dict[str, Any], experiment: str,
             mode == "claims" and experiments.get(experiment).counted_by_default(point))):
         args.append("--counters")
     rounds = int(measure.get("rounds") or 1)  # rounds_of(cfg, experiment, point)
-    if point is not None and experiments.get(experiment).used_by_claims(point):
-        looks = looks_of(cfg, experiment, rounds)
-        if looks > 1:  # recorded, so the claims decide at the looks' levels
-            args += ["--looks", str(looks)]
     if measure.get("target_ci") is not None:
         args += ["--target-ci", f"{measure['target_ci'] * math.sqrt(rounds):.6g}"]
     if measure.get("max_seconds") is not None:
@@ -96,48 +90,6 @@ def claim_block(cfg: dict[str, Any]) -> Callable[[order.Job], tuple[str, int] | 
         return job.experiment, job.round
 
     return block
-
-
-@dataclass(frozen=True)
-class ClaimBlock:
-    """One round of an experiment's claim points as one Snakemake job: the points run back
-    to back in the run's order (perfgrid.block), as ``order.planned`` placed them."""
-
-    experiment: str
-    round: int
-    #: the jobs of the block in the order they run
-    jobs: tuple[order.Job, ...]
-    #: 1, or 2, 3 ... for a later block of the same experiment and round (points of fewer
-    #: rounds, spread over other phases of the run)
-    part: int = 1
-
-    @property
-    def name(self) -> str:
-        """The block's rule name: ``spawn_round_3`` (``timers_round_2_part_2``)."""
-        suffix = f"_part_{self.part}" if self.part > 1 else ""
-        return f"{self.experiment}_round_{self.round}{suffix}"
-
-
-def claim_blocks(cfg: dict[str, Any], ordered: list[order.Job]) -> list[ClaimBlock]:
-    """The run order's claim blocks (:func:`claim_block`) as they run: the jobs of one
-    key that follow each other once the jobs outside any block are left out, each block
-    at the place of its first job. ``ordered`` is ``order.planned``'s plan."""
-    key_of = claim_block(cfg)
-    runs: list[tuple[tuple[str, int], list[order.Job]]] = []
-    for job in ordered:
-        key = key_of(job)
-        if key is None:
-            continue
-        if runs and runs[-1][0] == key:
-            runs[-1][1].append(job)
-        else:
-            runs.append((key, [job]))
-    parts: dict[tuple[str, int], int] = {}
-    out = []
-    for (experiment, round_), members in runs:
-        parts[experiment, round_] = parts.get((experiment, round_), 0) + 1
-        out.append(ClaimBlock(experiment, round_, tuple(members), parts[experiment, round_]))
-    return out
 
 
 def claim_group(job: order.Job) -> Hashable | None:

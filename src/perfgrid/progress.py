@@ -1,7 +1,6 @@
 """Where a long run stands: a grid-wide count and an ETA, printed by Snakemake's
 own process while it runs (its "N of M steps" counts every job, not points). What it
-counts is the run's plan (perfgrid.plan): its jobs' results, whether a look may let rounds
-go, and the time budget."""
+counts is the run's plan (perfgrid.plan): its jobs' results, and the time budget."""
 
 from __future__ import annotations
 
@@ -11,34 +10,24 @@ import threading
 import time
 from typing import Any
 
-from perfgrid.paths import Layout
-
 #: the share of points done before the ETA is said: the first points finished are not a
 #: fair sample (a line said "at most about 370 min left" 4 min into a 60-min run)
 ETA_AFTER = 0.05
 
 
 def eta_line(expected: list[str], started: float, now: float | None = None,
-             at_most: bool = False, budget: tuple[float, int] | None = None,
-             rounds: dict[str, int] | None = None) -> str:
+             budget_end: float | None = None) -> str:
     """``done/total benchmark points``, and an ETA from the points finished since
     ``started`` (their mean duration times the points left), said once :data:`ETA_AFTER`
-    of the points are done. With ``at_most`` the total
-    is an upper bound: looks (perfgrid.looks) may let later rounds go, and the ETA with
-    it. With ``budget`` (when the run's time budget ends, and its ``keep_rounds``) the line
-    says how long later rounds may still start, and the ETA counts the rounds after
-    ``keep_rounds`` (``round=N`` in a result's path; they run last) only up to the budget's
-    end, since none starts past it. ``rounds``: each result's round, where not read from
-    its path."""
+    of the points are done. With ``budget_end`` (when the run's time budget ends, seconds
+    since the epoch) the line says how much of the budget is left, or that it is spent:
+    the budget cuts nothing, so a run past it is only marked (perfgrid.plan)."""
     now = time.time() if now is None else now
-    done_before, done_now, left_late = 0, 0, 0
+    done_before, done_now = 0, 0
     for path in expected:
         try:
             mtime = os.stat(path).st_mtime
         except FileNotFoundError:
-            round_ = rounds[path] if rounds is not None else Layout.result_round(path)
-            if budget is not None and (round_ or 1) > budget[1]:
-                left_late += 1
             continue
         if mtime >= started:
             done_now += 1
@@ -46,40 +35,26 @@ def eta_line(expected: list[str], started: float, now: float | None = None,
             done_before += 1
     done = done_before + done_now
     left = len(expected) - done
-    total = f" of at most {len(expected)}" if at_most else f"/{len(expected)}"
-    line = f"perfgrid: {done}{total} benchmark points done"
+    line = f"perfgrid: {done}/{len(expected)} benchmark points done"
     if left and done_now and done < ETA_AFTER * len(expected):
         line += f", time left said once {ETA_AFTER:.0%} of them are done"
     elif left and done_now:
-        per_point = (now - started) / done_now
-        seconds = (left - left_late) * per_point
-        if budget is not None:  # the later rounds run last, and start only until its end
-            seconds += min(left_late * per_point, max(0.0, budget[0] - now - seconds))
-        line += f", {'at most ' if at_most else ''}about {seconds / 60:.0f} min left"
-    if at_most:
-        line += " (looks may let later rounds go)"
-    if budget is not None:
-        end, keep_rounds = budget
-        if now <= end:  # as perfgrid.block.past_budget
-            line += (f"; the time budget lets rounds after {keep_rounds} start for "
-                     f"{(end - now) / 60:.0f} more min")
+        line += f", about {left * (now - started) / done_now / 60:.0f} min left"
+    if budget_end is not None:
+        if now <= budget_end:
+            line += f"; {(budget_end - now) / 60:.0f} min of the time budget left"
         else:
-            line += f"; the time budget is spent: rounds after {keep_rounds} are let go"
+            line += ("; past the time budget (nothing is cut: the report marks the run as "
+                     "over its budget)")
     return line
 
 
 def from_plan(plan: dict[str, Any], run_started: float) -> dict[str, Any]:
-    """:func:`eta_line`'s ``expected``, ``at_most``, ``budget`` and ``rounds`` for the run
-    of ``plan`` (plan.json's data, perfgrid.plan.Plan.to_json) started at
-    ``run_started``: its jobs' results, whether a look may let rounds go, and when the
-    time budget ends."""
-    from perfgrid.block import budget_end
-
-    end = budget_end(run_started, plan["budget"])
+    """:func:`eta_line`'s ``expected`` and ``budget_end`` for the run of ``plan``
+    (plan.json's data, perfgrid.plan.Plan.to_json) started at ``run_started``."""
+    minutes = plan["budget"]["minutes"]
     return {"expected": [job["result"] for job in plan["jobs"]],
-            "at_most": any(len(e["looks"]) > 1 for e in plan["experiments"].values()),
-            "budget": None if end is None else (end, plan["budget"]["keep_rounds"]),
-            "rounds": {job["result"]: job["round"] for job in plan["jobs"]}}
+            "budget_end": None if minutes is None else run_started + 60 * minutes}
 
 
 def start_reporter(plan: dict[str, Any], run_started: float,

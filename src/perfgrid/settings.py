@@ -178,7 +178,6 @@ def effective(config: dict[str, Any], check_disk: bool = True) -> dict[str, Any]
             section["measure"]["claims"] = {**(common.get("claims") or {}),
                                             **(own.get("claims") or {})}
         _check_cap(section["measure"], f"{name}.measure")
-        _check_looks(section["measure"], f"{name}.measure")
     for name in cfg["experiments"]:
         try:  # what only the grid shows (http concurrency above requests, ...)
             grid(cfg, name)
@@ -198,19 +197,6 @@ def _check_cap(measure: dict[str, Any], key: str) -> None:
             raise ConfigError(f"{where}.max_seconds: null while target_ci is "
                               f"{m['target_ci']}; allowed: a number of seconds from 1 to "
                               f"86400 (the hard cap on one point's measuring time)")
-
-
-def _check_looks(measure: dict[str, Any], key: str) -> None:
-    """Looks (perfgrid.looks) lie between the first round and the claims' last one."""
-    claims = measure.get("claims") or {}
-    rounds = int(claims.get("rounds") or measure.get("rounds") or 1)
-    for n in claims.get("looks") or []:
-        if not 2 <= n < rounds:
-            raise ConfigError(f"{key}.claims.looks: {n} is not a round before the last "
-                              f"({key}.claims.rounds is {rounds}); allowed: whole numbers "
-                              f"from 2 to {rounds - 1}" if rounds > 2 else
-                              f"{key}.claims.looks: {n}; allowed: none while "
-                              f"{key}.claims.rounds is {rounds} (looks need 3 or more rounds)")
 
 
 def _check_host(host: str) -> None:

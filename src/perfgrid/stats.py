@@ -81,9 +81,8 @@ _decision = [LEVEL]
 
 @contextmanager
 def decision_level(level: float) -> Iterator[None]:
-    """Intervals inside take ``level`` by default: a claim judged at several looks
-    (perfgrid.looks) is decided on intervals of ``1 - 0.05 / looks`` at every look, so that
-    the chance of any false decision over all looks stays under 5 % (Bonferroni)."""
+    """Intervals inside take ``level`` by default (``1 - 0.05 / k`` keeps the chance of any
+    false decision among k claims judged at once under 5 %: Bonferroni)."""
     if not 0 < level < 1:
         raise ValueError(f"level {level!r}; allowed: between 0 and 1")
     _decision.append(float(level))
@@ -119,7 +118,7 @@ class Estimate:
     #: the index of the row a best-of chose (:func:`reduce`), where it chose one
     chosen: int | None = field(default=None, compare=False)
     #: the grid points it was computed from (``Experiment.point_key``): a claim names the
-    #: points it compares by its quantity's, and a look measures only those of open claims
+    #: points it compares by its quantity's
     points: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
     #: the standard error of the log value where the interval is Student's t about it
     #: (paired over blocks, or a mean over two rounds): :meth:`interval` is then exactly
@@ -297,7 +296,8 @@ def _combine(a: Estimate, b: Estimate, sign: int) -> Estimate:
         found = from_points(paired(value, {k: a.blocks[k] + sign * b.blocks[k]
                                            for k in a.blocks}, reduced=reduced), points)
     elif common := _shared_blocks(a, b):
-        # one side measured in more rounds (a look kept it): pair the shared ones
+        # one side measured in more rounds (the other kept to fewer: Experiment.claim_rounds,
+        # or an earlier perfgrid's looks): pair the shared ones
         logs = {k: a.blocks[k] + sign * b.blocks[k] for k in common}
         found = from_points(paired(float(np.exp(np.mean(list(logs.values())))), logs,
                                    reduced=reduced), points)
@@ -309,7 +309,7 @@ def _combine(a: Estimate, b: Estimate, sign: int) -> Estimate:
 
 def _shared_blocks(a: Estimate, b: Estimate) -> list[Any] | None:
     """The blocks two estimates share where one's are all among the other's, two or more
-    (a point whose claims a look decided stopped while another went on); else None."""
+    (a point kept to fewer rounds than another); else None."""
     if not (a.blocks and b.blocks):
         return None
     small, large = sorted((set(a.blocks), set(b.blocks)), key=len)
@@ -520,7 +520,7 @@ def reduce(parts: Sequence[Estimate | Bounds],
         found = dataclasses.replace(found, all_rows=simultaneous, unsafe=frozenset(
             {"high" if name == "max" else "low"}))
         # the choice is made on blocks all rows have; from there on only the chosen row's
-        # blocks count, so only its point is worth more rounds (perfgrid.looks)
+        # blocks count
         return from_points(found, points_of(parts[found.chosen]))
     return simultaneous
 
@@ -591,8 +591,8 @@ def _chosen_on_first_blocks(parts: Sequence[Estimate], labels: list[Any],
     logs = np.array([[p.blocks[b] for b in labels] for p in parts])  # rows x blocks
     row = int(np.argmax(sign * logs[:, :first].mean(axis=1)))
     chosen_on = set(labels[:first])
-    # the chosen row's every other block, those beyond the shared ones too (a look kept its
-    # point on after the other rows stopped)
+    # the chosen row's every other block, those beyond the shared ones too (its point
+    # measured in more rounds than the other rows)
     kept = {b: v for b, v in sorted(parts[row].blocks.items(), key=lambda kv: _label_order(
         kv[0])) if b not in chosen_on}
     value = float(np.exp(np.mean(list(kept.values()))))
@@ -999,8 +999,7 @@ def rounds_to_settle(quantity: Estimate | Bounds, threshold: float,
 
     Each side of the interval (log scale) gives the per-block variance behind it (the
     side is ``t(b - 1) * sd / sqrt(b)`` over the ``b`` blocks it rests on), and
-    :func:`blocks_needed` the blocks at which that side would fit: as
-    perfgrid.analysis.sequential's conditional power projects a half-width, so the figure
+    :func:`blocks_needed` the blocks at which that side would fit, so the figure
     is a projection, as rough as a spread estimated from ``b`` blocks. It tells a reader
     whether more time would help. None where the quantity is not an interval over rounds
     (one process, a best-of's simultaneous bounds, an exact count); ``SETTLE_MAX + 1``

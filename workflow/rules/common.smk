@@ -6,8 +6,8 @@ import os
 import sys
 import time
 
-from perfgrid import (codeinputs, config_errors, experiments, fixtures, glue, jobs, looks,
-                      plan, planning, settings)
+from perfgrid import (codeinputs, config_errors, experiments, fixtures, glue, jobs, plan,
+                      planning, settings)
 from perfgrid.paths import Layout
 
 # Snakemake's ~130,000 objects, kept all run: frozen, the cyclic collector scans them no

@@ -54,8 +54,6 @@ rule report:
         skipped=LAYOUT.skipped,
         used_config=LAYOUT.used_config,
         noise=[LAYOUT.noise_profile] if NOISE_BLOCKS else [],
-        looks=[LAYOUT.look(e, n) for e in SETTINGS["experiments"]
-               for n in looks.schedule(SETTINGS, e)[:-1]],
         code=code("perfgrid.cli:_report",
                   *(f"perfgrid.experiments.{e}.analysis" for e in SETTINGS["experiments"])),
     output:

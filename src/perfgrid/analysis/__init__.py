@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import importlib
 import math
-from contextvars import ContextVar
 from dataclasses import asdict, dataclass
 from types import ModuleType
 from typing import Any
@@ -41,7 +40,6 @@ from perfgrid.stats import (
     basis,
     current_level,
     decide,
-    decision_level,
     disagreeing_rounds,
     equivalence_level,
     reduce,
@@ -74,10 +72,10 @@ class Claim:
     why: str = ""
     #: what the interval rests on: paired rounds, rows reduced, processes (stats.basis)
     basis: str = ""
-    #: the interval's level: 95 %, or wider where the claim is judged at several looks
+    #: the interval's level: 95 % (stats.LEVEL) unless a caller set another
     level: float = LEVEL
     #: the grid points its quantity was computed from (``Experiment.point_key``), "; "
-    #: between them: a look measures further rounds only of open claims' points
+    #: between them
     points: str = ""
     #: the interval two one-sided tests judge "at the threshold" by (90 % beside 95 %)
     eq_low: float = math.nan
@@ -131,17 +129,16 @@ def judged(experiment: str, hypothesis: str, criterion: str, quantity: Estimate,
     if tau > 0 and widen.value > 0 and widen.has_interval:
         widened = Widened(widen, tau)
         quantity = Share(widened) if isinstance(quantity, Share) else widened  # own scale
-    with decision_level(_claim_level(points)):
-        verdict, reason = decide(quantity, op, threshold, spec, unit, margin)
-        reason += disagreeing_rounds(inner)
-        if verdict == "inconclusive" and not tau > 0:
-            reason += _settle_words(inner, threshold)
-        level = current_level()
-        # the interval the verdict read: a chosen best-of's far end over all its rows
-        bounds = safe_interval(quantity, level) or (math.nan, math.nan)
-        near = safe_interval(quantity, equivalence_level(level)) or (math.nan, math.nan)
-        measured = quantity.show(spec, unit) + (f" {detail}" if detail else "")
-    words = basis(inner) + (f"; {level:.1%} interval (looks)" if level != LEVEL else "")
+    verdict, reason = decide(quantity, op, threshold, spec, unit, margin)
+    reason += disagreeing_rounds(inner)
+    if verdict == "inconclusive" and not tau > 0:
+        reason += _settle_words(inner, threshold)
+    level = current_level()
+    # the interval the verdict read: a chosen best-of's far end over all its rows
+    bounds = safe_interval(quantity, level) or (math.nan, math.nan)
+    near = safe_interval(quantity, equivalence_level(level)) or (math.nan, math.nan)
+    measured = quantity.show(spec, unit) + (f" {detail}" if detail else "")
+    words = basis(inner) + (f"; {level:.1%} interval" if level != LEVEL else "")
     if tau > 0:
         words += f"; with a between-run sd of {tau:.1%} (log scale)"
     return Claim(experiment, hypothesis, criterion, measured, verdict, runtime,
@@ -159,24 +156,6 @@ def _settle_words(quantity: Estimate, threshold: float) -> str:
     if rounds > SETTLE_MAX:
         return f"; at this spread more than {SETTLE_MAX:,} rounds would settle it"
     return f"; at this spread about {rounds:,} rounds would settle it"
-
-
-#: how the claims being judged (:func:`claims_of`) pick their level: the looks each point
-#: passes (point key -> count) and the look being taken (1-based; None: the last)
-_LOOKS: ContextVar[tuple[dict[str, int], int | None] | None] = ContextVar(
-    "claim_looks", default=None)
-
-
-def _claim_level(points: frozenset[str]) -> float:
-    """The level a claim on ``points`` decides at: that of the most looks its points
-    pass (perfgrid.looks.level); where its points are unknown, the level set around it."""
-    from perfgrid import looks
-
-    found = _LOOKS.get()
-    if found is None or not points:
-        return current_level()
-    passes, at = found
-    return looks.level(max(passes.get(p, 1) for p in points), at)
 
 
 def all_of(verdicts: list[str]) -> str:
@@ -393,29 +372,18 @@ def quiet(table):
         [*table.columns, *(c for r in rows for c in r.index)]))).reset_index(drop=True)
 
 
-def claims_of(name: str, table, at: int | None = None) -> list[Claim]:
+def claims_of(name: str, table) -> list[Claim]:
     """Experiment ``name``'s claims on ``table``, its noisy rounds left out (:func:`quiet`),
     each with its ledger entry's fields (:func:`with_ledger`).
-
-    Claims judged at several looks (perfgrid.looks; the table's ``claims_looks``, per
-    point) decide on intervals at the level of look ``at`` (None: the last), each claim
-    by the looks its own points pass; a claim whose points are unknown takes the most
-    any point passes.
 
     Each claim rests on its own spread: a claim paired over three rounds takes t with two
     degrees of freedom. Borrowing spread from the experiment's other claims (a moderated
     t) was tried and left: their spreads differ up to fivefold, and the noisiest claims
     then covered 90-92 %, not 95 % (tests/test_coverage.py)."""
-    from perfgrid import experiments, looks
+    from perfgrid import experiments
 
-    passes = looks_by_point(table)
-    token = _LOOKS.set((passes, at))
     table = quiet(table)
-    try:
-        with decision_level(looks.level(max(passes.values(), default=1), at)):
-            return [with_ledger(c) for c in module(name).claims(table, experiments.get(name))]
-    finally:
-        _LOOKS.reset(token)
+    return [with_ledger(c) for c in module(name).claims(table, experiments.get(name))]
 
 
 def with_ledger(claim: Claim) -> Claim:
@@ -430,20 +398,6 @@ def with_ledger(claim: Claim) -> Claim:
                    seed_quote=entry.seed_quote, seed_where=entry.seed_where,
                    threshold_why=entry.threshold_why, why_a_claim=entry.why_a_claim,
                    margin=entry.margin, margin_from=entry.margin_from)
-
-
-def looks_by_point(table) -> dict[str, int]:
-    """Point key -> the looks it passes (the table's ``claims_looks``), for the points
-    measured past a look; a point not listed is judged once."""
-    from perfgrid.aggregate import point_of
-
-    planned = table.get("claims_looks")
-    passes: dict[str, int] = {}
-    if planned is not None and planned.notna().any():
-        for (_, row), count in zip(table.iterrows(), planned, strict=True):
-            if count == count:  # not NaN
-                passes.update(dict.fromkeys(point_of(row), int(count)))
-    return passes
 
 
 def plot_setup(table) -> list[str]:

@@ -10,14 +10,13 @@ This module gathers the report's data (:func:`build`) and writes it
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from perfgrid import experiments, fixtures, gitinfo, looks
-from perfgrid.aggregate import read_table
+from perfgrid import experiments, fixtures, gitinfo
+from perfgrid.aggregate import not_measured, read_table
 from perfgrid.analysis import Claim, claims_of, hook, module
 from perfgrid.atomic import write_text
 from perfgrid.experiments.base import Experiment
@@ -57,57 +56,29 @@ def extra_tables(analysis: Any, table: pd.DataFrame, plot_dir: Path,
     return out
 
 
-def look_notes(layout: Layout, experiment: str) -> list[str]:
-    """One line per look at the experiment's claims (perfgrid.looks), in order: what it
-    found, and whether the rounds after it were measured."""
-    records = [json.loads(p.read_text())
-               for p in (layout.root / "looks" / experiment).glob("after-*-rounds.json")]
-    lines = []
-    for record in sorted(records, key=lambda r: r["blocks"]):
-        fresh = record.get("stopped_at") in (None, record["blocks"])
-        if record["stop"] and not fresh:
-            continue  # a later look that only passed an earlier stop on
-        open_points = record.get("open_points")
-        if record["stop"]:
-            outcome = "the later rounds were not measured"
-        elif open_points is None or record.get("open_unnamed"):
-            outcome = "the next rounds were measured"
-        else:
-            outcome = (f"the next rounds were measured at the {len(open_points)} points "
-                       f"those claims compare")
-        lines.append(f"Claims judged at look {record['blocks']} of {record['cap']} rounds "
-                     f"({record['looks']} looks, intervals at {record['level']:.1%}): "
-                     f"{record['why']}; {outcome}.")
-    return lines
+def let_go(layout: Layout, experiment: str) -> int:
+    """How many of the experiment's point rounds an earlier perfgrid let go (a look or its
+    time budget left a note where the result would be: perfgrid.aggregate.not_measured);
+    0 for any run of this one, which measures every round of its plan."""
+    return sum(not_measured(path) is not None
+               for path in layout.raw_dir(experiment).rglob("round=*.json"))
 
 
-def _budget_cut(layout: Layout, experiment: str) -> list[dict]:
-    """The notes of the experiment's point rounds the time budget let go (perfgrid.block):
-    among the results of its claim blocks' jobs in the run's plan (plan.json,
-    perfgrid.plan), the only jobs the budget lets go (whatever budget made the note); in a
-    result set without a plan, among its round files."""
-    if layout.plan.exists():
-        planned = json.loads(layout.plan.read_text())
-        paths = [layout.root / os.path.relpath(job["result"], planned["root"])
-                 for job in planned["jobs"]
-                 if job["experiment"] == experiment and job["rule"] in planned["blocks"]]
-        paths = [path for path in paths if path.exists()]
-    else:
-        paths = list(layout.raw_dir(experiment).rglob("round=*.json"))
-    return [note for note in map(looks.not_measured, paths)
-            if note is not None and note.get("look") == looks.BUDGET]
-
-
-def budget_notes(layout: Layout, experiment: str) -> list[str]:
-    """A line if the run's time budget let later rounds of the experiment's claim points
-    go (perfgrid.block): how many, and from which round on."""
-    notes = _budget_cut(layout, experiment)
-    if not notes:
-        return []
-    first = min(note["blocks"] for note in notes) + 1
-    return [f"The run's time budget (budget.minutes) was spent before {len(notes)} point "
-            f"rounds of its claim points, from round {first} on: they were not measured, "
-            f"and its claims' intervals use the rounds before them."]
+def over_budget(layout: Layout, sections: list[dict[str, Any]]) -> dict[str, float] | None:
+    """The run's length and its time budget where its benchmarks ended later than
+    ``budget.minutes`` (plan.json) after it started (run.json), else None. A resumed run
+    counts from its own start."""
+    if not (layout.plan.exists() and layout.run_record.exists()):
+        return None
+    minutes = json.loads(layout.plan.read_text()).get("budget", {}).get("minutes")
+    started = json.loads(layout.run_record.read_text()).get("started")
+    ends = [float(sec["table"]["finished"].max()) for sec in sections
+            if "finished" in sec["table"] and sec["table"]["finished"].notna().any()]
+    if minutes is None or started is None or not ends:
+        return None
+    last = max(ends)
+    took = (last - started) / 60
+    return {"minutes": took, "budget": minutes} if took > minutes else None
 
 
 def build(root: Path, experiment_names: list[str], cv_threshold: float) -> dict[str, Any]:
@@ -138,8 +109,7 @@ def build(root: Path, experiment_names: list[str], cv_threshold: float) -> dict[
             "claims": claims,
             "seed": seed_comparison(seed_rows, table, axes),
             "seed_source": sorted({r.get("source", "") for r in seed_rows}),
-            "notes": hook(analysis, "notes")(table, experiment) + look_notes(layout, name)
-                     + budget_notes(layout, name),
+            "notes": hook(analysis, "notes")(table, experiment),
             "flags": flags(table, cv_threshold),
             "precision": precision(table),
             "unconverged": unconverged(table, list(axes)),
@@ -150,9 +120,9 @@ def build(root: Path, experiment_names: list[str], cv_threshold: float) -> dict[
     return {"machine": machine, "sections": sections, "claims": _claims_frame(all_claims),
             "precision": precision_frame(sections),
             "claim_list": all_claims, "git": gitinfo.facts(), "host": root.name,
-            "cut": sum(len(_budget_cut(layout, name)) for name in experiment_names),
-            "cv_threshold": cv_threshold,
-            "provenance": provenance(layout, sections)}
+            "cut": sum(let_go(layout, name) for name in experiment_names),
+            "over_budget": over_budget(layout, sections),
+            "cv_threshold": cv_threshold, "provenance": provenance(layout, sections)}
 
 
 def main(root: Path, experiment_names: list[str], html_path: str, md_path: str,

@@ -30,8 +30,8 @@ VERDICT_TEXT = (
     "at the threshold when its {eq:.0%} interval lies wholly within its margin of the "
     "threshold (two one-sided tests, each at {tail:.1%}); this comes first, so a truth near "
     "the threshold reads the same on the next run. Otherwise it is reproduced or not "
-    "reproduced when its interval (level in the claims table, {level:.0%} unless looks "
-    "widened it) lies wholly on one side of the threshold, inconclusive when it straddles "
+    "reproduced when its interval (level in the claims table, {level:.0%}) lies wholly on "
+    "one side of the threshold, inconclusive when it straddles "
     "it. An \"about\" claim (op ~) is reproduced when its {eq:.0%} interval lies within the "
     "margin, not reproduced when its interval lies wholly outside it. {between} "
     "A ratio of two points measured in the same rounds is paired round "
@@ -42,13 +42,20 @@ VERDICT_TEXT = (
     "not when the counting pass could not run (perf missing, not permitted), else empty.")
 
 
-def _cut_words(cut: int) -> str:
-    """The mark of a run the time budget cut: its design was not measured in full."""
-    if not cut:
-        return ""
-    return (f"THIS RUN WAS CUT: the time budget (budget.minutes) let {cut} point rounds go, "
-            f"so its verdicts rest on fewer rounds than the design (each section says "
-            f"which). ")
+def _cut_words(cut: int, over: dict[str, float] | None) -> str:
+    """The mark of a run an earlier perfgrid cut (its design not measured in full), and of
+    a run that took longer than its time budget (measured in full, but slow)."""
+    words = ""
+    if cut:
+        words += (f"THIS RUN WAS CUT: an earlier perfgrid let {cut} point rounds go (looks or "
+                  f"its time budget), so its verdicts rest on fewer rounds than the design. ")
+    if over:
+        words += (f"THIS RUN TOOK LONGER THAN ITS TIME BUDGET: its benchmarks ended "
+                  f"{over['minutes']:.0f} min after it started, past budget.minutes "
+                  f"({over['budget']:g}). Nothing was cut: every round of the design was "
+                  f"measured, but a machine this slow is busier or smaller than the one the "
+                  f"design was sized for. ")
+    return words
 
 
 def verdict_text(claims: pd.DataFrame) -> str:
@@ -96,7 +103,7 @@ def view(data: dict[str, Any]) -> dict[str, Any]:
     return {
         "host": data["host"], "m": data["machine"], "git": data["git"],
         "topology_text": topology_text, "topology_table": topology,
-        "verdict_text": (_cut_words(data.get("cut", 0))
+        "verdict_text": (_cut_words(data.get("cut", 0), data.get("over_budget"))
                          + f"Verdicts: {verdict_counts(data['claims'])}. "
                          f"{verdict_text(data['claims'])}"),
         "claims_figure": data.get("claims_figure"),

@@ -44,7 +44,7 @@ NATIVE = ("dd", "fio")
 #: Erlang variant -> pg_file_read's mode
 ERLANG = {"erlang_read": "read", "erlang_whole": "whole", "erlang_pread_parallel": "pread"}
 #: the 1 KiB block size, and the rounds Erlang's pinned reads of it keep to (~18 s a
-#: round, 3 % apart): a look adds rounds to cheaper points only (perfgrid.looks)
+#: round, 3 % apart), whatever ``measure.claims.rounds`` gives the cheaper points
 SMALL = 1024
 SMALL_ERLANG_ROUNDS = 3
 MIB = 1 << 20
