@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pandas as pd
 import pyperf
@@ -143,6 +144,32 @@ def test_editing_a_plot_reruns_only_plots_and_report(tree):
     with edited(tree / "src/perfgrid/experiments/file_read/analysis.py"):
         counts = job_counts(run(tree, "-n"))
     assert counts == {"plots": 1, "report": 1, "all": 1}
+
+
+@pytest.mark.pipeline
+@pytest.mark.parametrize("edit, reruns_profile", [
+    ({"noise": {"profile": {"blocks": 3}}}, True),   # what the profile measures
+    ({"noise": {"cv_threshold": 0.5}}, False),       # a key it does not read
+])
+def test_a_config_edit_reruns_the_noise_profile_only_when_it_changes_what_it_measures(
+        tree, edit, reruns_profile):
+    config = tree / "tiny.yaml"
+    before, times = config.read_bytes(), config.stat()
+    raw = yaml.safe_load(before)
+    for section, keys in edit.items():
+        for key, value in keys.items():
+            raw[section][key] = {**raw[section].get(key, {}), **value} if isinstance(
+                value, dict) else value
+    try:
+        config.write_text(yaml.safe_dump(raw))
+        counts = job_counts(run(tree, "-n"))
+    finally:
+        config.write_bytes(before)
+        os.utime(config, ns=(times.st_atime_ns, times.st_mtime_ns))
+    assert ("noise_profile" in counts) == reruns_profile, counts
+    # no benchmark reads these keys: file_read's jobs rerun only where the profile needs
+    # the test file made again (it is removed after a run), as after any profile rerun
+    assert ("file_read" in counts) == ("testfile" in counts) == reruns_profile, counts
 
 
 @pytest.mark.pipeline

@@ -63,9 +63,12 @@ def _noise(args: argparse.Namespace) -> None:
     from perfgrid import config_errors, noiseprofile, settings
     from perfgrid.paths import REPO, Layout
 
-    path = Path(args.config or REPO / "config" / "config.yaml")
+    path = "--config-json" if args.config_json else Path(args.config or REPO / "config"
+                                                              / "config.yaml")
     try:
-        cfg = settings.validated(yaml.safe_load(path.read_text()) or {}, check_disk=False)
+        raw = (json.loads(args.config_json) if args.config_json
+               else yaml.safe_load(Path(path).read_text()))
+        cfg = settings.validated(raw or {}, check_disk=False)
     except config_errors.ConfigError as err:
         raise ValueError(f"{path}: {err}") from None
     blocks = cfg["noise"]["profile"]["blocks"] if args.blocks is None else args.blocks
@@ -285,6 +288,7 @@ def main(argv: list[str] | None = None) -> None:
                        "pairs of points the claims compare (perfgrid.noiseprofile)")
     p.add_argument("--config", help="the run's config: its experiments' pairs, their "
                    "options and results/<host>/ (default config/config.yaml)")
+    p.add_argument("--config-json", help="the run's config as JSON text, in place of --config")
     p.add_argument("--blocks", type=int, help="blocks, each both sides of each pair in "
                    "fresh processes, at least 2 (default: the config's noise.profile.blocks)")
     p.add_argument("--values", type=int, help="values per process, at least 2 (default 5)")

@@ -248,6 +248,21 @@ def noise_inputs(cfg: Config, layout: Layout, src: str) -> dict[str, list[str]]:
             **jobs.merged_inputs(noise_pairs(cfg), cfg, layout, src)}
 
 
+def noise_params(cfg: Config, layout: Layout, raw_config: dict[str, Any]) -> dict[str, Any]:
+    """The noise profile's params: ``digest``, of its pairs' points and the options their
+    jobs get, which Snakemake records and compares, so that the profile reruns when what it
+    measures changes and not on a config edit elsewhere; and ``config``, the run's config
+    for its command line, a function of the output, which Snakemake neither records nor
+    compares. (An ``ancient`` config file as input would not do: when the config file must
+    be written again, Snakemake 9.27 checks no params of a job below it.)"""
+    measured = [[exp.name, point, option_words(cfg, layout, exp.name, point)]
+                for exp, point in noise_pairs(cfg)]
+    text = json.dumps(measured, sort_keys=True, default=str)
+    config_text = shlex.quote(json.dumps(raw_config, sort_keys=True))
+    return {"digest": hashlib.sha256(text.encode()).hexdigest()[:16],
+            "config": lambda wildcards, output: config_text}
+
+
 def noise_memory(cfg: Config) -> dict[str, int]:
     """The noise profile's ``mem_mb``: the most its points' experiments ask for, if any."""
     asked = [m for m in (exp.job_mem_mb(cfg) for exp, _ in noise_pairs(cfg)) if m is not None]

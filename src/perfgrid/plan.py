@@ -1,7 +1,7 @@
 """The plan of a run: which benchmark jobs run, in what order, for how many rounds, and with
-which command line. One pure function
-(:func:`build`) of the effective config (perfgrid.settings) and the experiment registry
-(perfgrid.experiments).
+which command line. One pure function (:func:`build`) of the effective config
+(perfgrid.settings) and the experiment registry (perfgrid.experiments). The rounds are
+fixed before the run and every job runs: nothing in the data or the clock changes them.
 
 Snakemake builds it once while it parses the workflow (workflow/rules/common.smk), rule
 ``plan`` writes it as ``results/<host>/plan.json`` (:meth:`Plan.to_json`), and the rest

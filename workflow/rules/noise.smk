@@ -3,8 +3,6 @@
 rule noise_profile:
     input:
         unpack(lambda w: glue.noise_inputs(SETTINGS, LAYOUT, SRC)),
-        # ancient: a config edit elsewhere does not rerun it
-        config=ancient(str(LAYOUT.used_config)),
     output:
         LAYOUT.noise_profile,
     log:
@@ -13,6 +11,8 @@ rule noise_profile:
         blocks=NOISE_BLOCKS,
         seed=SETTINGS["order"]["seed"],
         lock=LAYOUT.bench_lock,
+        # what its pairs run (a config edit elsewhere does not rerun it), and the config
+        **glue.noise_params(SETTINGS, LAYOUT, config),
     threads: BENCH_THREADS
     resources:
         bench=1,
@@ -23,5 +23,5 @@ rule noise_profile:
     conda:
         CONDA_ENV
     shell:
-        "python -m perfgrid.cli noise --config {input.config:q} --blocks {params.blocks} "
+        "python -m perfgrid.cli noise --config-json {params.config} --blocks {params.blocks} "
         "--seed {params.seed} --lock {params.lock:q} --out {output:q} > {log:q} 2>&1"
