@@ -209,7 +209,7 @@ def test_the_progress_line_counts_the_plans_jobs_and_its_budget(planned, tmp_pat
     assert line.startswith(f"perfgrid: 0/{len(plan.jobs)} benchmark points done")
 
 
-def _sections(layout: Layout, finished: float) -> list[dict]:
+def _sections(finished: float) -> list[dict]:
     import pandas as pd
 
     return [{"name": "spawn", "table": pd.DataFrame({"finished": [finished - 5, finished]})}]
@@ -226,7 +226,7 @@ def test_the_report_marks_a_run_whose_benchmarks_ended_past_its_budget(tmp_path,
     layout = Layout(tmp_path / cfg["host"])
     write(build(cfg, layout), layout.plan)
     write_json(layout.run_record, {"started": 1000.0})
-    found = over_budget(layout, _sections(layout, 1000.0 + 60 * ended_after))
+    found = over_budget(layout, _sections(1000.0 + 60 * ended_after))
     assert (found is not None) == marked
     if marked:
         assert found == {"minutes": pytest.approx(81), "budget": cfg["budget"]["minutes"]}
@@ -235,7 +235,7 @@ def test_the_report_marks_a_run_whose_benchmarks_ended_past_its_budget(tmp_path,
         assert "Nothing was cut" in words
     assert _cut_words(0, None) == ""
     (layout.run_record).unlink()  # a result set without run.json: no mark
-    assert over_budget(layout, _sections(layout, 1e12)) is None
+    assert over_budget(layout, _sections(1e12)) is None
 
 
 def test_the_report_counts_the_rounds_an_earlier_perfgrid_let_go(tmp_path):

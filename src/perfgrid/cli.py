@@ -63,17 +63,18 @@ def _noise(args: argparse.Namespace) -> None:
     from perfgrid import config_errors, noiseprofile, settings
     from perfgrid.paths import REPO, Layout
 
-    path = "--config-json" if args.config_json else Path(args.config or REPO / "config"
-                                                              / "config.yaml")
+    if args.config_json:
+        where, raw = "--config-json", json.loads(args.config_json)
+    else:
+        where = Path(args.config or REPO / "config" / "config.yaml")
+        raw = yaml.safe_load(where.read_text())
     try:
-        raw = (json.loads(args.config_json) if args.config_json
-               else yaml.safe_load(Path(path).read_text()))
         cfg = settings.validated(raw or {}, check_disk=False)
     except config_errors.ConfigError as err:
-        raise ValueError(f"{path}: {err}") from None
+        raise ValueError(f"{where}: {err}") from None
     blocks = cfg["noise"]["profile"]["blocks"] if args.blocks is None else args.blocks
     if blocks == 0:
-        raise ValueError(f"{path}: noise.profile.blocks is 0 (no profile); pass --blocks N")
+        raise ValueError(f"{where}: noise.profile.blocks is 0 (no profile); pass --blocks N")
     layout = Layout.for_host(cfg["host"], cfg.get("results", "results"))
     noiseprofile.main(cfg, args.out or str(layout.noise_profile), blocks,
                       values=noiseprofile.VALUES if args.values is None else args.values,

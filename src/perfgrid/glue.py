@@ -37,7 +37,6 @@ local run ignores the ``slurm_*`` and ``cpus_per_task`` resources.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shlex
@@ -48,7 +47,7 @@ from perfgrid import binding, experiments, fixtures, jobs, noiseprofile, plannin
 from perfgrid.codeinputs import code_inputs
 from perfgrid.experiments.base import Experiment, Point
 from perfgrid.paths import Layout
-from perfgrid.plan import Job, Plan, bench_words, option_words
+from perfgrid.plan import Job, Plan, bench_words, option_words, short_digest
 
 Config = dict[str, Any]
 
@@ -214,20 +213,28 @@ def block_inputs(cfg: Config, layout: Layout, plan: Plan, src: str,
     return out
 
 
+def digest_and_unrecorded(digest: str, name: str, value: Any) -> dict[str, Any]:
+    """Params that rerun a job when ``digest`` changes and nothing else does: ``digest``,
+    which Snakemake records and compares, and ``name``, ``value`` as quoted JSON for the
+    command line, a function of the output, which Snakemake neither records nor
+    compares."""
+    text = shlex.quote(json.dumps(value, sort_keys=True))
+    return {"digest": digest, name: lambda wildcards, output: text}
+
+
 def block_params(block_plan: dict[str, Any]) -> dict[str, Any]:
-    """A claim block's params: ``digest`` (:func:`block_digest`), which Snakemake records
-    and compares, and ``plan``, the block's plan for its command line (perfgrid.block), a
-    function of the output, which Snakemake neither records nor compares: recorded, it
-    would be stored once per result file, some kilobytes for each of a block's points."""
-    text = shlex.quote(json.dumps(block_plan))
-    return {"digest": block_digest(block_plan), "plan": lambda wildcards, output: text}
+    """A claim block's params (:func:`digest_and_unrecorded`): its digest
+    (:func:`block_digest`) and ``plan``, the block's plan for its command line
+    (perfgrid.block): recorded, it would be stored once per result file, some kilobytes
+    for each of a block's points."""
+    return digest_and_unrecorded(block_digest(block_plan), "plan", block_plan)
 
 
 def block_digest(block_plan: dict[str, Any]) -> str:
     """A claim block's params digest, which Snakemake records and compares: it changes with
     any point's command words, result or log, not with the order inside the block."""
     parts = sorted(json.dumps(p, sort_keys=True) for p in block_plan["points"])
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+    return short_digest("\n".join(parts))
 
 
 # --- the noise profile (rules/noise.smk, perfgrid.noiseprofile) ----------------------------
@@ -249,18 +256,16 @@ def noise_inputs(cfg: Config, layout: Layout, src: str) -> dict[str, list[str]]:
 
 
 def noise_params(cfg: Config, layout: Layout, raw_config: dict[str, Any]) -> dict[str, Any]:
-    """The noise profile's params: ``digest``, of its pairs' points and the options their
-    jobs get, which Snakemake records and compares, so that the profile reruns when what it
-    measures changes and not on a config edit elsewhere; and ``config``, the run's config
-    for its command line, a function of the output, which Snakemake neither records nor
-    compares. (An ``ancient`` config file as input would not do: when the config file must
-    be written again, Snakemake 9.27 checks no params of a job below it.)"""
+    """The noise profile's params (:func:`digest_and_unrecorded`): a digest of its pairs'
+    points and the options their jobs get, so that the profile reruns when what it
+    measures changes and not on a config edit elsewhere, and ``config``, the run's config
+    for its command line. (An ``ancient`` config file as input would not do: when the
+    config file must be written again, Snakemake 9.27 checks no params of a job below
+    it.)"""
     measured = [[exp.name, point, option_words(cfg, layout, exp.name, point)]
                 for exp, point in noise_pairs(cfg)]
-    text = json.dumps(measured, sort_keys=True, default=str)
-    config_text = shlex.quote(json.dumps(raw_config, sort_keys=True))
-    return {"digest": hashlib.sha256(text.encode()).hexdigest()[:16],
-            "config": lambda wildcards, output: config_text}
+    digest = short_digest(json.dumps(measured, sort_keys=True, default=str))
+    return digest_and_unrecorded(digest, "config", raw_config)
 
 
 def noise_memory(cfg: Config) -> dict[str, int]:

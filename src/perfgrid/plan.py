@@ -164,8 +164,12 @@ class Plan:
     def digest(self) -> str:
         """A short hash of :meth:`to_json`: rule plan's params, so a changed plan is
         written again."""
-        text = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return short_digest(json.dumps(self.to_json(), sort_keys=True, separators=(",", ":")))
+
+
+def short_digest(text: str) -> str:
+    """A short hash of ``text``, for a params digest that Snakemake records and compares."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def bench_words(cfg: dict[str, Any], layout: Layout, experiment: str, point: dict[str, Any],
@@ -200,10 +204,11 @@ def build(cfg: dict[str, Any], layout: Layout) -> Plan:
     names = list(cfg["experiments"])
     axes = {e: experiments.get(e).axes for e in names}
     listed = planning.jobs(cfg)
+    block_of = planning.claim_block(cfg)
     ordered = order.planned(listed, cfg["order"]["shuffle"], cfg["order"]["seed"],
-                            block=planning.claim_block(cfg), group=planning.claim_group)
+                            block=block_of, group=planning.claim_group)
     priority = order.priorities(ordered, axes)
-    runs = _block_runs(planning.claim_block(cfg), ordered)
+    runs = _block_runs(block_of, ordered)
     rule_of = {id(job): name for name, *_, members in runs for job in members}
     rounds = {e: planning.rounds_of(cfg, e) for e in names}
     planned = []
