@@ -280,3 +280,17 @@ def watched_page(browser, width: int, problems: list[str]):
     page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
     page.on("requestfailed", lambda r: problems.append(f"failed: {r.url}"))
     return context, page
+
+
+def fixed_tau(monkeypatch, tau: float, prior: tuple[float, float] | None = None) -> None:
+    """Judge every claim of this test with between-run component ``tau`` (and the
+    within-run prior ``(s0^2, d0)``), whatever the records say (perfgrid.betweenrun)."""
+    from perfgrid import betweenrun
+
+    def component(experiment, runtime, hypothesis, quantity="ratio", scale="log"):
+        return betweenrun.Component(
+            tau, "claim" if tau > 0 else "none", 5, "test kind", "test design",
+            f"fixed by the test: {tau:g}", prior[0] if prior else None,
+            prior[1] if prior else None, scale)
+
+    monkeypatch.setattr(betweenrun, "component", component)

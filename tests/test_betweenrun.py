@@ -1,146 +1,209 @@
-"""The between-run component: estimated from recorded runs, held by every verdict."""
+"""The between-run component per claim and machine kind (perfgrid.betweenrun) and the
+records it is estimated from (perfgrid.recording)."""
 
 from __future__ import annotations
 
+import json
 import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats as sps
 
-from perfgrid import betweenrun
+from perfgrid import betweenrun, recording
 
 pytestmark = pytest.mark.between_run
 
-def _runs(values: dict[str, list[float]], half: float = 0.02, experiment: str = "toy"):
-    """A recorded-runs table: per claim, its estimate in each run, each with an interval
-    ``half`` wide on the log scale at 95 %."""
+
+def _records(tau: float, sigma: float, runs: int, claims: int, rng: np.random.Generator,
+             kind: str = "AMD EPYC x2", design: str = "d1", unit_quantity: str = "ratio",
+             df: float = 2.0) -> pd.DataFrame:
+    """Record rows: each claim's run estimates off its truth by tau, each with a t(df)
+    within-run standard error of true ``sigma``."""
     rows = []
-    for claim, estimates in values.items():
-        for run, value in enumerate(estimates):
-            rows.append({"run": f"r{run}", "date": f"2026-12-0{run + 1}",
-                         "experiment": experiment, "runtime": "python", "hypothesis": claim,
-                         "value": value, "ci_low": value * math.exp(-half),
-                         "ci_high": value * math.exp(half), "level": 0.95})
-    return pd.DataFrame(rows)
+    for c in range(claims):
+        truth = float(rng.normal(0, 0.5))
+        for r in range(runs):
+            se = sigma * math.sqrt(rng.chisquare(df) / df)
+            y = truth + rng.normal(0, tau) + rng.normal(0, sigma)
+            rows.append({"run_id": f"run{r}", "started": 1000.0 + r, "date": "2026-12-06",
+                         "commit": "c", "machine_kind": kind, "boot_id": f"b{r}",
+                         "design": design, "ledger": "l", "config": "config.yaml",
+                         "experiment": "toy", "runtime": "python", "hypothesis": f"c{c}",
+                         "quantity": unit_quantity, "scale": "log", "value": math.exp(y),
+                         "se": se, "df": df, "method": "paired", "verdict": ""})
+    return pd.DataFrame(rows, columns=betweenrun.COLUMNS)
 
 
 @pytest.fixture
-def recorded(monkeypatch: pytest.MonkeyPatch):
-    def use(frame: pd.DataFrame) -> None:
-        betweenrun.estimate.cache_clear()
-        monkeypatch.setattr(betweenrun, "recorded", lambda: frame)
+def shipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Use ``frame`` as the shipped records (and no legacy record)."""
+    def use(frame: pd.DataFrame) -> Path:
+        path = tmp_path / "shipped.csv"
+        frame.to_csv(path, index=False)
+        monkeypatch.setattr(betweenrun, "shipped_path", lambda: path)
+        betweenrun.clear()
+        return path
 
+    monkeypatch.setattr(betweenrun, "legacy", lambda kind: pd.DataFrame())
     yield use
-    betweenrun.estimate.cache_clear()
+    betweenrun.clear()
 
 
-def test_runs_that_agree_within_their_intervals_give_no_between_run_component(recorded) -> None:
-    recorded(_runs({"a": [1.00, 1.005, 0.998], "b": [2.0, 2.01, 1.995]}))
-    assert betweenrun.tau("toy") == 0.0
+def _tau(run: betweenrun.Judging, claim: str = "c0") -> betweenrun.Component:
+    with betweenrun.judging(run):
+        return betweenrun.component("toy", "python", claim)
 
 
-def test_runs_that_differ_beyond_their_intervals_give_about_their_spread(recorded) -> None:
-    """Ten claims, eight runs each, each run off the truth by a normal draw of sd 0.10 on
-    the log scale, each interval far narrower: tau comes out near 0.10."""
+def test_the_moment_estimator_reads_t2_intervals_without_bias() -> None:
+    """tau 0.03 over 10 runs of t(2) errors: the unweighted moment estimate of tau^2 is
+    unbiased (its mean within 15 % of 0.0009), and it is zero far less often than the old
+    z-read DerSimonian-Laird's 53 %."""
+    rng = np.random.default_rng(1)
+    found = [betweenrun.moments(_records(0.03, 0.02, 10, 1, rng)).tau2 for _ in range(3000)]
+    mean = float(np.mean(found))
+    print(f"mean tau^2 {mean:.5f} (truth 0.00090), share <= 0: {np.mean(np.array(found) <= 0):.3f}")
+    assert abs(mean - 0.0009) <= 0.15 * 0.0009
+    assert np.mean(np.array(found) <= 0) < 0.3
+
+
+def test_tau_comes_from_records_of_the_run_s_kind_and_design_only(shipped) -> None:
+    rng = np.random.default_rng(2)
+    shipped(pd.concat([_records(0.10, 0.01, 6, 8, rng),
+                       _records(0.0, 0.01, 6, 8, rng, kind="Intel Xeon x2"),
+                       _records(0.5, 0.01, 6, 8, rng, design="other")]))
+    amd = _tau(betweenrun.Judging(kind="AMD EPYC x2", design="d1", started=5000.0))
+    assert amd.source == "claim" and 0.05 < amd.tau < 0.16 and "AMD EPYC x2" in amd.words
+    intel = _tau(betweenrun.Judging(kind="Intel Xeon x2", design="d1", started=5000.0))
+    assert intel.tau < 0.03
+    none = _tau(betweenrun.Judging(kind="AMD EPYC 9654 x16", design="d1", started=5000.0))
+    assert none.source == "none" and none.tau == 0.0
+    assert "no recorded run of this machine kind" in none.words
+
+
+def test_runs_after_the_run_judged_or_the_run_itself_never_count(shipped) -> None:
     rng = np.random.default_rng(3)
-    recorded(_runs({f"c{i}": list(np.exp(rng.normal(0, 0.10, 8))) for i in range(10)},
-                   half=0.01))
-    assert 0.08 < betweenrun.tau("toy") < 0.12
+    shipped(_records(0.2, 0.01, 4, 6, rng))
+    early = _tau(betweenrun.Judging(kind="AMD EPYC x2", design="d1", started=1000.5))
+    assert early.source == "none"  # one run before it: no spread between runs yet
+    later = _tau(betweenrun.Judging(kind="AMD EPYC x2", design="d1", started=1003.5))
+    assert later.source == "claim" and later.tau > 0
+    alone = _tau(betweenrun.Judging(kind="AMD EPYC x2", design="d1", started=1003.5,
+                                    run_id="run2"))
+    assert alone.runs == later.runs - 1
 
 
-def test_an_experiment_without_two_runs_of_a_claim_takes_the_pooled_estimate(recorded) -> None:
+def test_a_claim_with_few_runs_takes_its_like_claims_not_unlike_ones(shipped) -> None:
+    rng = np.random.default_rng(4)
+    costs = _records(0.3, 0.01, 6, 6, rng, unit_quantity="cost")
+    costs["hypothesis"] = "cost " + costs["hypothesis"]
+    shipped(pd.concat([_records(0.02, 0.01, 6, 6, rng), costs]))
+    found = _tau(betweenrun.Judging(kind="AMD EPYC x2", design="d1", started=5000.0), "new")
+    assert found.source == "like claims" and found.tau < 0.08
+    with betweenrun.judging(betweenrun.Judging(kind="AMD EPYC x2", design="d1",
+                                               started=5000.0)):
+        cost = betweenrun.component("toy", "python", "new cost", "cost")
+    assert cost.tau > 0.15
+
+
+def test_smyth_prior_recovers_the_within_run_variance_and_its_spread() -> None:
     rng = np.random.default_rng(5)
-    frame = pd.concat([_runs({f"c{i}": list(np.exp(rng.normal(0, 0.1, 6))) for i in range(6)},
-                             half=0.01),
-                       _runs({"once": [1.0]}, experiment="lonely")])
-    recorded(frame)
-    assert betweenrun.estimate("lonely")[1] == "pooled"
-    assert betweenrun.tau("lonely") == betweenrun.tau("toy") > 0
-    assert "lonely" in betweenrun.describe(pd.DataFrame({"experiment": ["lonely"]}))
+    same = [0.02 * math.sqrt(rng.chisquare(2) / 2) for _ in range(200)]
+    s0, d0 = betweenrun.smyth_prior(np.array(same), 2.0)
+    assert 0.85 < math.sqrt(s0) / 0.02 < 1.15 and d0 > 20
+    varied = [0.02 * math.exp(0.5 * rng.normal()) * math.sqrt(rng.chisquare(2) / 2)
+              for _ in range(200)]
+    assert betweenrun.smyth_prior(np.array(varied), 2.0)[1] < 10
+    assert betweenrun.smyth_prior(np.array(same[:2]), 2.0) is None
 
 
-def test_the_shipped_recorded_runs_load_and_give_each_experiment_a_component() -> None:
-    """The recorded runs ship as package data, and every experiment gets a finite, sane
-    between-run standard deviation from them (its own, or the pooled one)."""
-    from perfgrid import experiments
-
-    frame = betweenrun.recorded()
-    assert not frame.empty and frame["run"].nunique() >= 2
-    assert frame["host"].str.contains(betweenrun.MACHINE_KIND).all()
-    assert set(frame["experiment"]) <= set(experiments.available())
-    for name in experiments.available():
-        assert 0.0 <= betweenrun.tau(name) < 1.0
+def test_the_legacy_record_is_a_labelled_fallback_of_the_same_kind(monkeypatch) -> None:
+    monkeypatch.setattr(betweenrun, "shipped_path", lambda: Path("/nonexistent.csv"))
+    betweenrun.clear()
+    found = _tau(betweenrun.Judging(kind="AMD EPYC x2", design="d9", started=2e9))
+    assert found.source == "legacy" and "NO record of this machine kind and design" in found.words
+    assert betweenrun.legacy("Intel Xeon x2")["host"].str.contains("Intel").all()
 
 
-def test_a_claim_recorded_often_enough_has_its_own_component(recorded) -> None:
-    """An absolute cost that follows the host spreads between runs; a ratio measured side
-    by side in one run does not. Each recorded in eight runs, each gets its own tau; a
-    claim recorded fewer than OWN_RUNS times takes the experiment's, between the two."""
-    rng = np.random.default_rng(11)
-    recorded(_runs({"cost": list(np.exp(rng.normal(0, 0.3, 8))),
-                    "ratio": list(np.exp(rng.normal(0, 0.003, 8))),
-                    "rare": list(np.exp(rng.normal(0, 0.003, betweenrun.OWN_RUNS - 1)))},
-                   half=0.02))
-    cost, where_cost = betweenrun.estimate("toy", "python", "cost")
-    ratio, where_ratio = betweenrun.estimate("toy", "python", "ratio")
-    rare, where_rare = betweenrun.estimate("toy", "python", "rare")
-    assert where_cost == where_ratio == "claim" and where_rare == "experiment"
-    assert 0.15 < cost < 0.5 and ratio < 0.01
-    assert ratio < rare == betweenrun.tau("toy") < cost
-    text = betweenrun.describe(pd.DataFrame({"experiment": ["toy"] * 3,
-                                             "runtime": ["python"] * 3,
-                                             "hypothesis": ["cost", "ratio", "rare"]}))
-    assert "2 of 3 claims their own" in text
+def test_the_machine_kind_is_read_from_machine_json() -> None:
+    assert betweenrun.machine_kind({"cpu_model": "Intel(R) Xeon(R) Processor",
+                                    "cpus_logical": 2}) == "Intel Xeon x2"
+    assert betweenrun.machine_kind({"cpu_model": "AMD EPYC", "cpus_logical": 2}) == "AMD EPYC x2"
+    assert betweenrun.machine_kind({"cpu_model": "Intel(R) Core(TM) i7-9700 CPU @ 3.00GHz",
+                                    "cpus_logical": 8}) == "Intel Core i7-9700 x8"
 
 
-def test_a_run_s_claims_are_recorded_with_their_within_run_intervals(recorded) -> None:
-    """perfgrid record takes the between-run part a claims table's intervals hold back out
-    (stats.Widened), so the record holds what one run saw, and its tau reads it again."""
-    from perfgrid import stats
-
-    inner = stats.Bounds(2.0, lambda level: (1.8, 2.2), "t", "", "over rounds")
-    widened = stats.Widened(inner, 0.1)
-    low, high = widened.interval(0.95)
-    claims = pd.DataFrame([{"experiment": "toy", "runtime": "python", "hypothesis": "h",
-                            "value": 2.0, "ci_low": low, "ci_high": high, "level": 0.95,
-                            "tau": 0.1, "verdict": "reproduced", "measured": "2.00x"},
-                           {"experiment": "toy", "runtime": "python", "hypothesis": "none",
-                            "value": float("nan"), "ci_low": float("nan"),
-                            "ci_high": float("nan"), "level": 0.95, "tau": 0.1,
-                            "verdict": "inconclusive", "measured": "n/a"}])
-    rows = betweenrun.record_rows(claims, "T", "2026-12-05", "AMD EPYC guest", "a test")
-    assert list(rows.columns) == betweenrun.COLUMNS and len(rows) == 2
-    assert rows["ci_low"].iloc[0] == pytest.approx(1.8)
-    assert rows["ci_high"].iloc[0] == pytest.approx(2.2)
-    assert rows[["ci_low", "ci_high"]].iloc[1].isna().all()
+def test_the_shipped_records_are_read_only_package_data() -> None:
+    frame = pd.read_csv(betweenrun.shipped_path())
+    assert list(frame.columns) == betweenrun.COLUMNS
 
 
-def test_perfgrid_record_adds_a_run_once(tmp_path) -> None:
-    """``perfgrid record RUN`` appends the run's claims under its label and start date,
-    its host from machine.json, and refuses the same run a second time, the record
-    unchanged."""
-    import json
+def _result_set(root: Path, claims_rows: list[dict], started: float = 1.8e9) -> Path:
+    """A minimal result folder with what a record needs."""
+    from perfgrid.report.claims import CLAIM_FIELDS
 
-    from perfgrid import cli
-    from perfgrid.analysis import Claim
-    from perfgrid.report.claims import write_claims
+    (root / "raw" / "toy").mkdir(parents=True)
+    (root / "raw" / "toy" / "r.json").write_text(json.dumps({"started": started}))
+    (root / "machine.json").write_text(json.dumps({"cpu_model": "AMD EPYC",
+                                                  "cpus_logical": 2, "boot_id": "boot-1"}))
+    (root / "run.json").write_text(json.dumps({"started": started, "argv": ["snakemake"],
+                                               "commit": "abc", "ledger": "led"}))
+    (root / "plan.json").write_text(json.dumps({"jobs": [{"experiment": "toy", "key": "a=1",
+                                                          "round": 1}]}))
+    full = [{**{f: "" for f in CLAIM_FIELDS}, **row} for row in claims_rows]
+    pd.DataFrame(full, columns=CLAIM_FIELDS).to_csv(root / "claims.csv", index=False)
+    return root
 
-    run = tmp_path / "results" / "vm"
-    run.mkdir(parents=True)
-    claim = Claim("toy", "h", "ratio >= 1.2", "1.50x", "reproduced", "python", "made up",
-                  1.5, 1.4, 1.6, ">=", 1.2, "x", tau=0.0)
-    write_claims(pd.DataFrame([claim.as_row()]), run / "claims.csv")
-    (run / "machine.json").write_text(json.dumps({"cpus_logical": 2, "cpu_model": "AMD EPYC",
-                                                  "hostname": "vm", "memory_bytes": 2**34}))
-    (run / "run.json").write_text(json.dumps({"started": 1796461741.2}))
-    record = tmp_path / "recorded.csv"
-    cli.main(["record", str(run), "--label", "T1", "--note", "a test", "--to", str(record)])
-    first = pd.read_csv(record)
-    assert list(first.columns) == betweenrun.COLUMNS and len(first) == 1
-    assert first.loc[0, "host"].startswith("2-CPU AMD EPYC")
-    assert first.loc[0, "date"] == "2026-12-05"
-    assert (first.loc[0, "ci_low"], first.loc[0, "ci_high"]) == (1.4, 1.6)
-    with pytest.raises(SystemExit, match="already recorded"):
-        cli.main(["record", str(run), "--label", "T1", "--note", "again", "--to", str(record)])
-    assert pd.read_csv(record).equals(first)
+
+ROW = {"experiment": "spawn", "runtime": "python", "hypothesis": "h", "criterion": "c",
+       "measured": "m", "verdict": "reproduced", "value": 1.5, "ci_low": 1.2, "ci_high": 1.8,
+       "level": 0.95, "unit": "x", "op": ">=", "threshold": 1.1, "scale": "log", "se": 0.05,
+       "df": 2.0, "basis": "paired over 3 rounds (t, 2 df)"}
+
+
+def test_record_writes_under_results_and_refuses_the_same_run_again(tmp_path: Path) -> None:
+    """A run recorded once is refused again, from a copied folder too; records go beside
+    the result folder, never into the installed package."""
+    run = _result_set(tmp_path / "results" / "host", [ROW])
+    path, rows = recording.record(str(run))
+    assert Path(path) == tmp_path / "results" / "records.csv" and rows == 1
+    written = pd.read_csv(path)
+    assert written.loc[0, "machine_kind"] == "AMD EPYC x2" and written.loc[0, "se"] == 0.05
+    assert written.loc[0, "config"] == "config.yaml" and written.loc[0, "boot_id"] == "boot-1"
+    copy = tmp_path / "results" / "copy"
+    shutil.copytree(run, copy)
+    with pytest.raises(ValueError, match="already recorded"):
+        recording.record(str(copy))
+    with pytest.raises(ValueError, match="read-only"):
+        recording.record(str(run), to=str(betweenrun.shipped_path()))
+    assert len(pd.read_csv(path)) == 1
+
+
+def test_perfgrid_record_on_the_command_line_refuses_a_second_time(tmp_path: Path) -> None:
+    run = _result_set(tmp_path / "results" / "host", [ROW])
+    command = [str(Path(sys.executable).with_name("perfgrid")), "record", str(run)]
+    first = subprocess.run(command, capture_output=True, text=True)
+    second = subprocess.run(command, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    assert second.returncode != 0 and "already recorded" in second.stderr
+    print(second.stderr.strip())
+
+
+def test_a_record_of_an_older_claims_table_is_refused(tmp_path: Path) -> None:
+    old = {k: v for k, v in ROW.items() if k not in ("se", "df", "scale")}
+    run = _result_set(tmp_path / "results" / "host", [old])
+    frame = pd.read_csv(run / "claims.csv").drop(columns=["se", "df", "scale"])
+    frame.to_csv(run / "claims.csv", index=False)
+    with pytest.raises(ValueError, match="older perfgrid"):
+        recording.rows_of(run, frame)
+
+
+def test_t_quantile_not_z() -> None:
+    """A 95 % t(2) interval's half-width is 4.30 se, not 1.96: read with z its variance
+    comes out (4.30 / 1.96)^2 = 4.8 times too large (the old record's fault)."""
+    assert (sps.t.ppf(0.975, 2) / sps.norm.ppf(0.975)) ** 2 == pytest.approx(4.81, abs=0.01)

@@ -14,6 +14,8 @@ import pytest
 
 from perfgrid import stats
 
+from helpers import fixed_tau
+
 pytestmark = pytest.mark.simulation
 
 DRAWS = 1000
@@ -322,8 +324,6 @@ def test_a_run_with_the_between_run_component_covers_the_machines_truth(
     """Each run of a machine lands ``tau`` away from the machine's truth (host, day); its
     rounds see only its own. Judged with that tau (perfgrid.betweenrun), the interval
     covers the machine's truth 93-97 %; without it, far less (the gap between runs)."""
-    from perfgrid import betweenrun
-
     tau, sd, truth = 0.08, 0.03, 1.3
     rng = np.random.default_rng(31)
     covered = {0.0: 0, tau: 0}
@@ -331,7 +331,7 @@ def test_a_run_with_the_between_run_component_covers_the_machines_truth(
         run_truth = truth * float(np.exp(rng.normal(0, tau)))
         quantity = _paired_claim(rng, run_truth, sd, 3)
         for used in covered:
-            monkeypatch.setattr(betweenrun, "tau", lambda *claim, used=used: used)
+            fixed_tau(monkeypatch, used)
             claim = _judged(quantity)
             covered[used] += claim.ci_low <= truth <= claim.ci_high
     print(f"with tau: {covered[tau] / DRAWS:.3f}, without: {covered[0.0] / DRAWS:.3f}")
@@ -345,9 +345,7 @@ def test_a_truth_at_the_threshold_is_rarely_decided_either_way(
     """With the truth on the threshold, judged through the report's path (its ledger-free
     default margin, the between-run component), at most 5 % of runs read reproduced or not
     reproduced: the rest read at the threshold or inconclusive."""
-    from perfgrid import betweenrun
-
-    monkeypatch.setattr(betweenrun, "tau", lambda *claim: tau)
+    fixed_tau(monkeypatch, tau)
     rng = np.random.default_rng(37)
     readings = [_judged(_paired_claim(rng, 1.0 * float(np.exp(rng.normal(0, tau))), sd, 3)
                         ).verdict for _ in range(DRAWS)]

@@ -14,6 +14,8 @@ from perfgrid.analysis import judged
 from perfgrid.report.claims import verdict_counts
 from perfgrid.stats import paired
 
+from helpers import fixed_tau
+
 
 def test_every_experiment_keeps_a_ledger_and_every_entry_is_complete() -> None:
     for name in experiments.available():
@@ -88,9 +90,7 @@ def test_a_claim_judged_by_another_rule_than_its_ledger_states_is_refused(
 def test_the_ledger_margin_decides_at_the_threshold(tmp_path, monkeypatch) -> None:
     """The same interval reads at the threshold under a wide margin and reproduced under
     a narrow one: the margin comes from the ledger, not from a constant."""
-    from perfgrid import betweenrun
-
-    monkeypatch.setattr(betweenrun, "tau", lambda *claim: 0.0)
+    fixed_tau(monkeypatch, 0.0)
     quantity = paired(1.5, {i: math.log(1.5) + d for i, d in
                             enumerate((-0.01, 0.0, 0.01, 0.0, 0.005), 1)})
     readings = {}

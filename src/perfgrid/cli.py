@@ -197,11 +197,11 @@ def _pool(args: argparse.Namespace) -> None:
 
 
 def _record(args: argparse.Namespace) -> None:
-    """``record RUN``: a full run's claims added to the recorded runs (perfgrid.betweenrun)."""
-    from perfgrid import aa
+    """``record RUN``: a run's claims added to the user's records (perfgrid.recording)."""
+    from perfgrid import recording
 
     try:
-        path, rows = aa.record(args.run, args.label, args.note, args.to)
+        path, rows = recording.record(args.run, args.to)
     except (OSError, ValueError) as err:
         raise SystemExit(f"perfgrid record: {err}") from None
     print(f"perfgrid record: {rows} claims of {args.run} added to {path}")
@@ -353,12 +353,12 @@ def main(argv: list[str] | None = None) -> None:
                    "arguments passed on to snakemake")
     p.set_defaults(func=_aa_command)
 
-    p = sub.add_parser("record", help="add a full run's claims to the recorded runs the "
-                       "between-run component is estimated from (perfgrid.betweenrun)")
-    p.add_argument("run", help="a results/<host> folder or an archive of a full run")
-    p.add_argument("--label", required=True, help="the run's name in the record")
-    p.add_argument("--note", required=True, help="where its facts are (a session, a paper)")
-    p.add_argument("--to", help="the record to add to (default: the shipped one)")
+    p = sub.add_parser("record", help="add a run's claims to your records, from which the "
+                       "between-run component of later runs of its machine kind and design "
+                       "is estimated (perfgrid.recording)")
+    p.add_argument("run", help="a results/<host> folder or an archive of a run")
+    p.add_argument("--to", help="the record file to add to (default: records.csv beside the "
+                   "result folder, results/records.csv; never the installed package)")
     p.set_defaults(func=_record)
 
     p = sub.add_parser("summary", help="every host's rates side by side")

@@ -187,8 +187,11 @@ def adjust(tables: dict[str, pd.DataFrame], q: float = Q) -> dict[str, pd.DataFr
 
 def _claims(root: Path, name: str, table: pd.DataFrame) -> dict[tuple[str, str], Any]:
     """An experiment's claims on one result set's table, by (runtime, hypothesis)."""
+    from perfgrid import betweenrun
+
     try:
-        claims = analysis.claims_of(name, table)
+        with betweenrun.judging(betweenrun.run_of(root)):
+            claims = analysis.claims_of(name, table)
     except KeyError as err:  # a hand-made or cut-down table
         raise ValueError(f"{Layout(root).table(name)}: missing column {err}, which "
                          f"the {name} claims need") from None

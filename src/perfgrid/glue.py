@@ -281,11 +281,18 @@ def start_run(cfg: Config, layout: Layout, plan: Plan, argv: list[str], quiet: b
 
     from snakemake import __version__ as snakemake_version
 
+    from perfgrid import gitinfo, ledger
     from perfgrid.atomic import write_json
+    from perfgrid.plan import design_digest
     from perfgrid.progress import start_reporter
 
     started = time.time()
+    plan_data = plan.to_json()
+    # the rules the verdicts are judged by and what the run measures, fixed at its start
     write_json(layout.run_record, {"argv": argv, "started": started, "cwd": os.getcwd(),
                                    "snakemake": snakemake_version, "order": cfg["order"],
-                                   "job_rate_limiter_stopped": quiet})
-    start_reporter(plan.to_json(), started)
+                                   "job_rate_limiter_stopped": quiet,
+                                   "commit": gitinfo.facts().get("commit", ""),
+                                   "ledger": ledger.digest(),
+                                   "design": design_digest(plan_data)})
+    start_reporter(plan_data, started)

@@ -165,3 +165,18 @@ def check(found: Entry, op: str, threshold: float) -> None:
         raise LedgerError(f"{found.experiment}/{FILE}: {found.hypothesis!r} states "
                           f"{found.op} {found.threshold:g}, the analysis judges {op} "
                           f"{float(threshold):g}")
+
+
+def digest(experiment_names: list[str] | None = None) -> str:
+    """A short hash of every experiment's claims ledger as written (run.json keeps it, and
+    a record row too): a verdict names the rules it was judged by."""
+    import hashlib
+
+    from perfgrid import experiments
+
+    hashed = hashlib.sha256()
+    for name in sorted(experiment_names or experiments.available()):
+        found_at = path(name)
+        text = found_at.read_text() if found_at is not None and found_at.is_file() else ""
+        hashed.update(f"{name}\0{text}\0".encode())
+    return hashed.hexdigest()[:16]

@@ -110,6 +110,14 @@ def _auto_workers() -> dict[str, Any]:
     return {"cpus": cpus, "counts": binding.auto_workers(cpus), "set_by": source}
 
 
+def _boot_id() -> str:
+    """The kernel's random id of this boot (empty where the kernel offers none)."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
 def snapshot(fixtures: dict[str, str] | None = None) -> dict[str, Any]:
     """CPU, topology, memory, file system, kernel and versions of this machine; the file
     system of each fixture's path (``fixtures``: name -> path)."""
@@ -120,6 +128,9 @@ def snapshot(fixtures: dict[str, str] | None = None) -> dict[str, Any]:
     return {
         "taken_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "hostname": socket.gethostname(),
+        # one boot of one host: two runs of one boot are one host draw (perfgrid pool)
+        "boot_id": _boot_id(),
+        "boot_time": psutil.boot_time(),
         "cpu_model": _cpu_model(),
         "cpus_logical": psutil.cpu_count(logical=True),
         "cpus_physical": psutil.cpu_count(logical=False),

@@ -167,6 +167,20 @@ class Plan:
         return short_digest(json.dumps(self.to_json(), sort_keys=True, separators=(",", ":")))
 
 
+#: what a job's design is: what it measures and how often, not when or where it writes
+DESIGN_FIELDS = ("experiment", "key", "round", "rounds", "claim", "bench", "options")
+
+
+def design_digest(plan: dict[str, Any]) -> str:
+    """A short hash of what a plan (plan.json's data) measures: every job's experiment,
+    point, round, rounds, claim flag and command words, in a canonical order; not its
+    place in the run's order, its paths or the host. Two runs of one design are
+    comparable run for run (perfgrid.betweenrun)."""
+    jobs = sorted(([job.get(k) for k in DESIGN_FIELDS] for job in plan.get("jobs", [])),
+                  key=lambda job: json.dumps(job, sort_keys=True))
+    return short_digest(json.dumps(jobs, sort_keys=True, separators=(",", ":")))
+
+
 def short_digest(text: str) -> str:
     """A short hash of ``text``, for a params digest that Snakemake records and compares."""
     return hashlib.sha256(text.encode()).hexdigest()[:16]

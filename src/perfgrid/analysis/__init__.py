@@ -33,6 +33,7 @@ from perfgrid import ledger
 from perfgrid.stats import (
     LEFT_OUT,
     LEVEL,
+    METHOD_PAIRED,
     SETTLE_MAX,
     Estimate,
     Share,
@@ -48,6 +49,10 @@ from perfgrid.stats import (
 )
 
 VERDICTS = ("reproduced", "not reproduced", "at the threshold", "inconclusive")
+#: a run's within-run variance past this quantile of what its prior predicts (F(df, d0))
+#: is not moderated (:func:`moderate`): fixed before any run, from the simulation in
+#: tests/test_readings.py (sigma varying 0.25 in ln between runs)
+GUARD = 0.75
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,23 @@ class Claim:
     why_a_claim: str = ""
     margin: float = math.nan
     margin_from: str = ""
+    #: how sure the reading is (perfgrid.readings): the scale it was judged on (log, or
+    #: logit for a share), the within-run standard error there (moderated by the claim's
+    #: earlier runs where they tell a prior) and its df, where tau came from
+    scale: str = "log"
+    se: float = math.nan
+    df: float = math.nan
+    tau_from: str = ""
+    #: the chance another run on this machine kind reads differently, whether that is
+    #: :data:`perfgrid.readings.NEAR` or more, and how many runs pooled would decide it
+    p_differ: float = math.nan
+    near_boundary: str = ""
+    runs_needed: float = math.nan
+    #: the run's identity (perfgrid.betweenrun.run_of): the same on every claim of a run
+    machine_kind: str = ""
+    design: str = ""
+    boot_id: str = ""
+    run_started: float = math.nan
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -112,8 +134,10 @@ def judged(experiment: str, hypothesis: str, criterion: str, quantity: Estimate,
     """A claim decided by the interval of ``quantity`` against ``op threshold``.
 
     The claims ledger's entry (perfgrid.ledger) gives the equivalence margin and must
-    state the same rule; the interval holds the claim's between-run component
-    (perfgrid.betweenrun). ``measured`` shows the estimate with its interval, then
+    state the same rule. The claim's earlier runs of this machine kind and design
+    (perfgrid.betweenrun) moderate its within-run spread where they tell a prior, and add
+    the between-run component ``tau``; the reading then says how sure it is
+    (perfgrid.readings). ``measured`` shows the estimate with its interval, then
     ``detail``; ``why`` the counters that explain it (:func:`why`).
     """
     from perfgrid import betweenrun
@@ -123,12 +147,20 @@ def judged(experiment: str, hypothesis: str, criterion: str, quantity: Estimate,
         ledger.check(entry, op, threshold)
     margin = entry.margin if entry is not None else ledger.DEFAULT_MARGIN
     points = getattr(quantity, "points", frozenset())
-    inner = quantity
-    tau = betweenrun.tau(experiment, runtime, hypothesis)
-    widen = quantity.inner if isinstance(quantity, Share) else quantity
+    share = isinstance(quantity, Share)
+    scale = "logit" if share else "log"
+    found = betweenrun.component(experiment, runtime, hypothesis,
+                                 betweenrun.quantity_of(unit, scale), scale)
+    widen = quantity.inner if share else quantity
+    # on the log scale a share's logit-scale figures are (1 - p) times as large
+    to_log = (1 - widen.value) if share and 0 < widen.value < 1 else 1.0
+    widen, moderated = moderate(widen, found, to_log)
+    inner = widen
+    tau = found.tau * to_log
+    quantity = Share(widen) if share else widen
     if tau > 0 and widen.value > 0 and widen.has_interval:
         widened = Widened(widen, tau)
-        quantity = Share(widened) if isinstance(quantity, Share) else widened  # own scale
+        quantity = Share(widened) if share else widened  # own scale
     verdict, reason = decide(quantity, op, threshold, spec, unit, margin)
     reason += disagreeing_rounds(inner)
     if verdict == "inconclusive" and not tau > 0:
@@ -138,13 +170,109 @@ def judged(experiment: str, hypothesis: str, criterion: str, quantity: Estimate,
     bounds = safe_interval(quantity, level) or (math.nan, math.nan)
     near = safe_interval(quantity, equivalence_level(level)) or (math.nan, math.nan)
     measured = quantity.show(spec, unit) + (f" {detail}" if detail else "")
-    words = basis(inner) + (f"; {level:.1%} interval" if level != LEVEL else "")
-    if tau > 0:
-        words += f"; with a between-run sd of {tau:.1%} (log scale)"
+    words = basis(inner) + (f"; {level:.1%} interval" if level != LEVEL else "") + moderated
+    if found.tau > 0:
+        words += f"; with a between-run sd of {found.tau:.1%} ({scale} scale)"
+    se, df = within_se(inner, to_log)
+    run = betweenrun.current()
+    sure = sureness(float(quantity.value), bounds, near, se, df, found.tau, op,
+                    float(threshold), margin, scale, verdict,
+                    f"{experiment}|{runtime}|{hypothesis}", prior_of(widen, found))
     return Claim(experiment, hypothesis, criterion, measured, verdict, runtime,
                  f"{reason}; {note}" if note else reason, float(quantity.value),
                  bounds[0], bounds[1], op, float(threshold), unit, why, words, level,
-                 "; ".join(sorted(points)), near[0], near[1], tau)
+                 "; ".join(sorted(points)), near[0], near[1], found.tau, scale=scale,
+                 se=se, df=df, tau_from=found.words, **sure,
+                 machine_kind=found.kind if run.kind else "", design=run.design or "",
+                 boot_id=run.boot_id or "",
+                 run_started=float(run.started) if run.started is not None else math.nan)
+
+
+def moderate(quantity: Estimate | Any, found: Any, to_log: float = 1.0) -> tuple[Any, str]:
+    """``quantity`` with its within-run variance moderated toward the prior its earlier
+    runs of this kind and design tell (Smyth 2004: ``(d0 s0^2 + df s^2) / (d0 + df)`` on
+    ``d0 + df`` degrees of freedom), and words for its basis; as it is where there is no
+    prior or it is no Student t interval over rounds (``se`` and a finite ``df``).
+    ``to_log`` turns the prior's scale (logit, for a share) into the log scale."""
+    import dataclasses
+
+    from scipy import stats as sps
+
+    if (found.prior_s2 is None or found.prior_df is None or not isinstance(quantity, Estimate)
+            or quantity.se is None or not np.isfinite(quantity.df) or quantity.df <= 0):
+        return quantity, ""
+    s0 = found.prior_s2 * to_log**2
+    d0 = min(found.prior_df, 1e6)
+    df = quantity.df
+    # the guard: a run far noisier than its prior predicts (its variance ratio past the
+    # F(df, d0) quantile GUARD) keeps its own spread, so a disturbed run is not made sure
+    if quantity.se**2 / s0 > float(sps.f.ppf(GUARD, df, d0)):
+        return quantity, (f"; spread kept: noisier than its earlier runs predict (F test "
+                          f"at {GUARD:.0%})")
+    var = (d0 * s0 + df * quantity.se**2) / (d0 + df)
+    se = math.sqrt(var)
+    dev = None if quantity.dev is None else quantity.dev * (se / quantity.se)
+    return (dataclasses.replace(quantity, se=se, df=d0 + df, dev=dev),
+            f"; spread moderated by {found.runs} earlier runs (prior df {d0:.3g}, "
+            f"now {d0 + df:.3g} df)")
+
+
+def prior_of(quantity: Any, found: Any) -> Any:
+    """The moderation a claim's runs share (perfgrid.readings.Prior), where its quantity
+    is a Student t interval over rounds and its earlier runs tell a prior; else None."""
+    from scipy import stats as sps
+
+    from perfgrid.readings import Prior
+
+    if (found.prior_s2 is None or found.prior_df is None or not isinstance(quantity, Estimate)
+            or quantity.se is None or quantity.method != METHOD_PAIRED):
+        return None
+    df_run = float(len(quantity.blocks or {}) - 1)
+    if df_run < 1:
+        return None
+    d0 = min(found.prior_df, 1e6)
+    return Prior(found.prior_s2, d0, df_run, float(sps.f.ppf(GUARD, df_run, d0)))
+
+
+def within_se(quantity: Any, to_log: float = 1.0) -> tuple[float, float]:
+    """(se, df) of the quantity's estimate on its judged scale (``to_log`` below 1 for a
+    share on the logit scale) inside the run: a Student t interval's own; else read off
+    its 95 % interval (bootstrap: with t(df); bounds and counts: with z, df inf)."""
+    from scipy import stats as sps
+
+    if isinstance(quantity, Estimate) and quantity.se is not None and quantity.se > 0:
+        return quantity.se / to_log, float(quantity.df)
+    found = safe_interval(quantity, LEVEL) if quantity.value > 0 else None
+    if not found or not found[0] > 0 or not np.isfinite(found[1]):
+        return math.nan, math.nan
+    df = float(quantity.df) if isinstance(quantity, Estimate) and np.isfinite(
+        quantity.df) else math.inf
+    q = float(sps.t.ppf(0.5 + LEVEL / 2, df))
+    return (math.log(found[1]) - math.log(found[0])) / (2 * q) / to_log, df
+
+
+def sureness(value: float, bounds: tuple[float, float], near: tuple[float, float],
+             se: float, df: float, tau: float, op: str, threshold: float, margin: float,
+             scale: str, verdict: str, key: str, prior: Any = None) -> dict[str, Any]:
+    """A reading's p_differ, near_boundary and runs_needed (perfgrid.readings)."""
+    from perfgrid import readings
+
+    empty = {"p_differ": math.nan, "near_boundary": "", "runs_needed": math.nan}
+    if not (value > 0 and se > 0 and all(np.isfinite(bounds)) and all(np.isfinite(near))
+            and op in ("~", ">=", ">", "<=", "<") and np.isfinite(threshold)):
+        return empty
+    to = (lambda p: math.log(p / (1 - p))) if scale == "logit" else math.log
+    if scale == "logit" and not 0 < value < 1:
+        return empty
+    if min(bounds[0], near[0]) <= 0 or (scale == "logit" and max(bounds[1], near[1]) >= 1):
+        return empty
+    estimate = to(value)
+    rule = readings.boundaries(op, threshold, margin, scale)
+    sides = readings.sides_of(estimate, bounds, near, se, df, tau, scale)
+    p = readings.p_differ(estimate, sides, rule, verdict, key, prior=prior)
+    runs = readings.runs_needed(estimate, se, tau, rule)
+    return {"p_differ": p, "near_boundary": "yes" if p >= readings.NEAR else "",
+            "runs_needed": float(runs) if runs is not None else math.nan}
 
 
 def _settle_words(quantity: Estimate, threshold: float) -> str:
@@ -183,9 +311,19 @@ def compound(parts: list[Claim], measured: str, labels: tuple[str, ...] = ()) ->
     (default: part 1, part 2, ...)."""
     from dataclasses import replace
 
+    from perfgrid.readings import NEAR
+
     weakest = min(parts, key=lambda c: _STRENGTH[c.verdict])
     names = labels or tuple(f"part {i + 1}" for i in range(len(parts)))
+    # the compound reads differently if any part does: at most the sum, at least the
+    # largest; taken as if the parts were independent
+    chances = [c.p_differ for c in parts]
+    p_differ = (1 - float(np.prod([1 - p for p in chances])) if all(np.isfinite(chances))
+                else math.nan)
+    runs = [c.runs_needed for c in parts]
     return replace(weakest, verdict=all_of([c.verdict for c in parts]), measured=measured,
+                   p_differ=p_differ, near_boundary="yes" if p_differ >= NEAR else "",
+                   runs_needed=max(runs) if all(np.isfinite(runs)) else math.nan,
                    points=points_of(parts), level=max(c.level for c in parts),
                    basis="; ".join(dict.fromkeys(c.basis for c in parts if c.basis)),
                    reason="; ".join(f"{name}: {c.reason}"

@@ -83,6 +83,13 @@ def over_budget(layout: Layout, sections: list[dict[str, Any]]) -> dict[str, flo
 
 def build(root: Path, experiment_names: list[str], cv_threshold: float) -> dict[str, Any]:
     """Everything the report shows, as data (tables, claims, figure paths)."""
+    from perfgrid import betweenrun
+
+    with betweenrun.judging(betweenrun.run_of(root)):
+        return _build(root, experiment_names, cv_threshold)
+
+
+def _build(root: Path, experiment_names: list[str], cv_threshold: float) -> dict[str, Any]:
     layout = Layout(root)
     machine = json.loads(layout.machine.read_text())
     skipped = json.loads(layout.skipped.read_text()) if layout.skipped.exists() else []

@@ -42,7 +42,9 @@ CLAIM_FIELDS = [f.name for f in dataclasses.fields(Claim)]
 #: columns a ``claims.csv`` of an older perfgrid may lack (read as empty)
 OPTIONAL_CLAIM_FIELDS = ("basis", "level", "points", "eq_low", "eq_high", "tau", "kind",
                          "seed_figure", "seed_quote", "seed_where", "threshold_why",
-                         "why_a_claim", "margin", "margin_from")
+                         "why_a_claim", "margin", "margin_from", "scale", "se", "df",
+                         "tau_from", "p_differ", "near_boundary", "runs_needed",
+                         "machine_kind", "design", "boot_id", "run_started")
 
 
 def _claims_frame(claims: list[Claim]) -> pd.DataFrame:
@@ -72,7 +74,7 @@ def read_claims(path: Path) -> list[Claim]:
     except (UnicodeDecodeError, csv.Error) as err:
         raise ValueError(f"{path}: not a readable claims table ({err})") from None
     numbers = ("value", "ci_low", "ci_high", "threshold", "level", "eq_low", "eq_high", "tau",
-               "margin")
+               "margin", "se", "df", "p_differ", "runs_needed", "run_started")
     claims = []
     for number, row in enumerate(rows, 2):
         try:
@@ -80,6 +82,7 @@ def read_claims(path: Path) -> list[Claim]:
                       else row.get(k) or "" for k in CLAIM_FIELDS}
             if math.isnan(fields["level"]):  # a table from before the looks: 95 %
                 fields["level"] = 0.95
+            fields["scale"] = fields["scale"] or "log"
             claims.append(Claim(**fields))
         except ValueError as err:
             raise ValueError(f"{path} line {number}: {err}") from None

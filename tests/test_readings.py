@@ -1,0 +1,140 @@
+"""Readings that say how sure they are (perfgrid.readings), checked through the report's
+judging path (perfgrid.analysis.judged): the reading rule agrees with stats.decide,
+p_differ is calibrated, runs_needed means what it says, and a within-run spread
+moderated by earlier runs still covers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from perfgrid import readings, stats
+from perfgrid.analysis import judged
+
+from helpers import fixed_tau
+
+
+def _claim(threshold: float = 1.0, op: str = ">=", quantity=None):
+    return judged("coverage_toy", "a ratio", "ratio >= threshold", quantity, op, threshold)
+
+
+def _paired(rng: np.random.Generator, truth: float, sd: float, blocks: int = 3):
+    logs = math.log(truth) + sd * rng.standard_normal(blocks)
+    return stats.paired(float(np.exp(logs.mean())), dict(enumerate(logs.tolist(), 1)),
+                        n_boot=200)
+
+
+@pytest.mark.parametrize("op", [">=", "<=", "~", ">"])
+@pytest.mark.parametrize("tau", [0.0, 0.05])
+def test_the_reading_rule_is_the_one_the_verdicts_use(monkeypatch, op: str, tau: float) -> None:
+    """For estimates all around the threshold and its band, :func:`readings.reading` on the
+    claim's interval sides gives the verdict stats.decide gave."""
+    fixed_tau(monkeypatch, tau)
+    rng = np.random.default_rng(7)
+    seen = set()
+    for _ in range(300):
+        claim = _claim(1.0, op, _paired(rng, float(np.exp(rng.normal(0, 0.12))), 0.04))
+        y = math.log(claim.value)
+        rule = readings.boundaries(op, 1.0, claim.margin if claim.margin > 0 else 0.1)
+        sides = [np.array([abs(y - math.log(b))]) for b in (claim.ci_low, claim.ci_high,
+                                                            claim.eq_low, claim.eq_high)]
+        found = readings.reading(np.array([y]), *sides, rule)[0]
+        assert readings.READINGS[found] == claim.verdict, claim
+        seen.add(claim.verdict)
+    assert len(seen) >= 3  # the draws reach several readings
+
+
+def _earlier_prior(rng: np.random.Generator, sigma: float, spread: float = 0.0,
+                   runs: int = 12) -> tuple[float, float]:
+    """The within-run prior that ``runs`` earlier runs of 3 rounds tell (betweenrun's
+    Smyth estimate), their own sigma varying by ``spread`` in ln sigma."""
+    from perfgrid import betweenrun
+
+    earlier = [np.std(sigma * np.exp(spread * rng.standard_normal())
+                      * rng.standard_normal(3), ddof=1) / math.sqrt(3) for _ in range(runs)]
+    prior = betweenrun.smyth_prior(np.array(earlier), 2.0)
+    assert prior is not None
+    return prior
+
+
+@pytest.mark.simulation
+@pytest.mark.parametrize("moderated", [True, False])
+def test_p_differ_is_calibrated_through_the_judging_path(monkeypatch, moderated: bool) -> None:
+    """Pairs of runs of one truth (spread over the threshold's neighbourhood, a tau between
+    runs, 3 rounds each): among claims whose p_differ falls in a bin, the share whose
+    second run reads differently lies within 0.05 of the bin's mean p_differ, with the
+    within-run spread moderated by 12 earlier runs of the claim, as a run of a recorded
+    kind and design is. Without earlier runs a spread from 2 df is a poor guide, and
+    p_differ errs by up to 0.10 (its draws take the spread as uncertain as 2 df leave it)."""
+    tau, sd = 0.04, 0.05
+    rng = np.random.default_rng(41)
+    fixed_tau(monkeypatch, tau, _earlier_prior(rng, sd) if moderated else None)
+    predicted, differed = [], []
+    for _ in range(1200):
+        truth = float(np.exp(rng.uniform(-0.35, 0.35)))
+        first, second = (_claim(1.0, ">=", _paired(rng, truth * float(
+            np.exp(rng.normal(0, tau))), sd)) for _ in range(2))
+        predicted.append(first.p_differ)
+        differed.append(first.verdict != second.verdict)
+    predicted, differed = np.array(predicted), np.array(differed)
+    edges = [0.0, 0.1, 0.3, 0.5, 1.01]
+    for lo, hi in zip(edges, edges[1:], strict=False):
+        inside = (predicted >= lo) & (predicted < hi)
+        if inside.sum() < 60:
+            continue
+        print(f"p_differ in [{lo}, {hi}): predicted {predicted[inside].mean():.3f}, "
+              f"observed {differed[inside].mean():.3f} ({inside.sum()} claims)")
+        assert abs(predicted[inside].mean() - differed[inside].mean()) <= (
+            0.05 if moderated else 0.10)
+    print(f"sum of p_differ {predicted.sum():.0f}, readings that differed {differed.sum()}")
+
+
+def test_a_reading_far_from_every_boundary_is_sure_and_one_on_the_threshold_is_not(
+        monkeypatch) -> None:
+    fixed_tau(monkeypatch, 0.02)
+    rng = np.random.default_rng(3)
+    far = _claim(1.0, ">=", _paired(rng, 3.0, 0.02))
+    on = _claim(1.0, ">=", stats.paired(1.0, {1: -0.03, 2: 0.0, 3: 0.03}))
+    # with 2 df a run's spread may be far larger than it looked: t(2)'s heavy tails
+    assert far.verdict == "reproduced" and far.p_differ < 0.05 and far.near_boundary == ""
+    assert on.p_differ >= readings.NEAR and on.near_boundary == "yes"
+    assert far.runs_needed <= 3  # two runs pooled take t(1): 12.7 standard errors
+    # on the threshold, pooled runs read it at the threshold (the equivalence band)
+    assert math.isfinite(on.runs_needed)
+
+
+def test_runs_needed_grows_as_the_estimate_nears_the_threshold() -> None:
+    rule = readings.boundaries(">=", 1.0, 0.1)
+    found = [readings.runs_needed(math.log(r), 0.05, 0.03, rule)
+             for r in (1.5, 1.25, 1.15, 1.12)]
+    assert found == sorted(found) and found[0] <= 3 and found[-1] > found[0]
+    assert readings.runs_needed(0.0, 0.05, 0.03, rule) is None or \
+        readings.runs_needed(0.0, 0.05, 0.03, rule) > 2  # on the threshold: at the threshold
+
+
+@pytest.mark.simulation
+@pytest.mark.parametrize("spread", [0.0, 0.25])
+def test_a_spread_moderated_by_earlier_runs_still_covers(monkeypatch, spread: float) -> None:
+    """Runs whose own sigma varies (sd ``spread`` in ln sigma) around 0.05, 3 rounds each,
+    moderated toward the prior that earlier runs of the claim tell (perfgrid.betweenrun's
+    Smyth estimate from 12 earlier runs): each run's interval covers its truth 93-97 %,
+    and the noisiest tenth of runs at least 0.90 (reported)."""
+    rng = np.random.default_rng(53)
+    sigma = 0.05
+    prior = _earlier_prior(rng, sigma, spread)
+    fixed_tau(monkeypatch, 0.0, prior)
+    hits, noisy = [], []
+    for _ in range(1500):
+        own = sigma * math.exp(spread * rng.standard_normal())
+        truth = float(np.exp(rng.normal(0, 0.3)))
+        claim = _claim(1.0, ">=", _paired(rng, truth, own))
+        hits.append(claim.ci_low <= truth <= claim.ci_high)
+        noisy.append(own)
+    hits, noisy = np.array(hits), np.array(noisy)
+    top = noisy >= np.quantile(noisy, 0.9)
+    print(f"spread {spread}: prior s0 {math.sqrt(prior[0]):.4f} d0 {prior[1]:.3g}; coverage "
+          f"{hits.mean():.3f}, noisiest tenth {hits[top].mean():.3f}")
+    assert 0.93 <= hits.mean() <= 0.97
+    assert hits[top].mean() >= 0.90
