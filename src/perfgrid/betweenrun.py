@@ -193,3 +193,14 @@ def record_rows(claims, label: str, date: str, host: str, note: str, config: str
                      "quoted": row.get("measured", "")})
     return pd.DataFrame(rows, columns=COLUMNS)
 
+
+
+def pair_tau(row_a, row_b) -> float:
+    """PROVISIONAL: the between-run sd ``perfgrid aa`` adds once for each run of a pair,
+    on the claim's scale: the smaller of the two rows' ``tau`` columns (each on its row's
+    own scale, perfgrid.claimrow.tau_on_scale; 0 where missing). The lead replaces it
+    with a tau estimated from the runs recorded before the pair, excluding the pair: the
+    rows' own tau may already hold the pair (once ``perfgrid record`` added it)."""
+    from perfgrid.claimrow import tau_on_scale
+
+    return min(tau_on_scale(row_a), tau_on_scale(row_b))
