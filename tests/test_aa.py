@@ -217,14 +217,34 @@ def test_a_share_s_log_scale_tau_is_stripped_on_the_logit_scale(monkeypatch):
     near 1. The pair's tau is the smaller of the two rows' (betweenrun.pair_tau, for now)."""
     monkeypatch.setattr(betweenrun, "pair_tau", PAIR_TAU)
     a, b = t_row(0, 0.86, 0.02, 0.15, share=True), t_row(0, 0.80, 0.03, 0.1, share=True)
-    within = claimrow.within_se(pd.Series(a))
-    assert (within.scale, within.se) == ("logit", pytest.approx(0.02 / 0.14))
     got = aa.judge(frame(a), frame(b)).iloc[0]
     tau = min(0.15 / 0.14, 0.1 / 0.2)
-    assert got["scale"] == "logit" and got["tau"] == pytest.approx(tau)
     assert got["d"] == pytest.approx(logit(0.86) - logit(0.80))
     assert got["se"] == pytest.approx(math.sqrt((0.02 / 0.14) ** 2 + (0.03 / 0.2) ** 2
                                                 + 2 * tau**2))
+    assert got["scale"] == "logit" and got["tau"] == pytest.approx(tau)
+    within = claimrow.within_se(pd.Series(a))
+    assert (within.scale, within.se) == ("logit", pytest.approx(0.02 / 0.14))
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_rows_the_report_writes_give_back_their_within_run_error(monkeypatch, share):
+    """Rows made by the production path (analysis.judged, a between-run sd of 0.15, a
+    paired t(2) estimate; a share mapped to the logit scale by stats.Share): aa reads each
+    run's within-run standard error back exactly, on the claim's scale."""
+    from perfgrid import analysis, stats
+
+    monkeypatch.setattr(betweenrun, "tau", lambda *claim: 0.15)
+    rows, errors = [], []
+    for n, logs in enumerate(([0.80, 0.86, 0.90], [0.82, 0.83, 0.88])):
+        est = stats.paired(0.85 - n / 100, dict(enumerate(np.log(logs))))
+        se = float(np.std(np.log(logs), ddof=1) / math.sqrt(3))
+        errors.append(se / (1 - est.value) if share else se)
+        quantity = stats.Share(est) if share else est
+        rows.append(analysis.judged("toy", "made up", "c", quantity, ">=", 0.5).as_row())
+    got = aa.judge(frame(rows[0]), frame(rows[1])).iloc[0]
+    assert got["se"] == pytest.approx(math.hypot(*errors))
+    assert got["df"] == pytest.approx(got["se"] ** 4 / sum(e**4 / 2 for e in errors))
 
 
 def test_sanity_checks_are_listed_apart_never_flagged_nor_counted():

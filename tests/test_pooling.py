@@ -43,10 +43,10 @@ def test_q_is_summed_on_variances_read_with_t_and_tested_against_f() -> None:
     y = np.array([0.0, 0.06, -0.06, 0.03])
     runs = [pd.DataFrame([t_row(0, 1.5 * math.exp(v), 0.02, experiment="toy")]) for v in y]
     pooled = pooling.pool(runs).iloc[0]
+    assert pooled["verdict"] == pooling.DEPENDS
     q = float(np.sum((y - y.mean()) ** 2) / 0.02**2)
     assert pooled["q"] == pytest.approx(q)
     assert pooled["q_p"] == pytest.approx(f.sf(q / 3, 3, 8)) and pooled["q_p"] < 0.05
-    assert pooled["verdict"] == pooling.DEPENDS
 
 
 def test_a_claim_listed_twice_in_one_run_is_refused_not_counted_as_another_run() -> None:
@@ -63,18 +63,18 @@ def test_runs_of_one_boot_are_one_host_draw() -> None:
     runs = [pd.DataFrame([t_row(0, v, s, experiment="toy", boot_id=boot)])
             for v, s, boot in ((1.5, 0.02, "b1"), (1.6, 0.04, "b1"), (1.4, 0.02, "b2"))]
     pooled = pooling.pool(runs).iloc[0]
-    assert (pooled["runs"], pooled["draws"]) == (3, 2)
     w = np.array([1 / 0.02**2, 1 / 0.04**2])
     first = float(np.sum(w * np.log([1.5, 1.6])) / w.sum())
     assert pooled["value"] == pytest.approx(math.exp((first + math.log(1.4)) / 2))
+    assert (pooled["runs"], pooled["draws"]) == (3, 2)
 
 
 def test_a_share_is_pooled_on_the_logit_scale() -> None:
     shares = [0.95, 0.97, 0.93]
     runs = [pd.DataFrame([t_row(0, p, 0.01, share=True, experiment="toy")]) for p in shares]
     pooled = pooling.pool(runs).iloc[0]
-    assert pooled["scale"] == "logit" and pooled["ci_high"] < 1
     assert pooled["value"] == pytest.approx(float(expit(np.mean(logit(shares)))))
+    assert pooled["scale"] == "logit" and pooled["ci_high"] < 1
 
 
 def test_one_run_given_twice_is_refused_exit_2(tmp_path, capsys) -> None:
