@@ -2,16 +2,20 @@
 
 Readings flip near a threshold even when the estimates agree, so the runs are compared on
 what they measured. Per claim present in both (matched by experiment, runtime, hypothesis
-and criterion): the difference of log estimates ``d = ln a - ln b``, its standard error
-``sqrt(se_a^2 + se_b^2 + 2 tau^2)``, a two-sided normal p-value, and Benjamini-Hochberg
-at ``Q`` over every claim with both estimates. Each run's ``se`` is read off its interval
-at its own level, ``(ln hi - ln lo) / (2 z)``, less the between-run part that interval
-already holds (its ``tau`` column, :class:`perfgrid.stats.Widened`); ``tau`` is the
-claim's between-run standard deviation (:func:`perfgrid.betweenrun.tau`), once for each
-run. Beside the estimates, the readings: whether they differ, and whether
-they contradict (reproduced in one run, not reproduced in the other), the failure that
-matters. Claims in one run only are listed apart; a claim without an interval in a run
-has its reading compared and its estimate test "n/a".
+and criterion), on the claim's own scale (log, or logit for shares): the difference of
+the estimates ``d = y_a - y_b``, its standard error ``sqrt(se_a^2 + se_b^2 + 2 tau^2)``
+and Welch's t test: degrees of freedom by Welch-Satterthwaite from each run's (tau taken
+as known), a two-sided p-value from t. Each run's ``se`` is its within-run standard error
+(perfgrid.claimrow.within_se: recorded, or read off its interval with the quantile it was
+built with, less the between-run part it holds); ``tau`` is the pair's between-run
+standard deviation (:func:`_pair_tau`), once for each run. Benjamini-Hochberg at ``Q``
+runs over the counted claims (perfgrid.ledger.COUNTED: seed and project) with both
+estimates; sanity checks are listed apart, never flagged nor in the totals. Beside the
+estimates, the readings: a ``flip`` is a contradiction (reproduced in one run, not
+reproduced in the other, the failure that matters) or a neighbour (any other pair of
+readings that differ). Claims in one run only are listed apart; a claim without an
+interval in a run has its reading compared and its estimate test "n/a". A run is never
+judged against itself or its copy (:func:`check_distinct`).
 """
 
 from __future__ import annotations
@@ -25,42 +29,55 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from perfgrid import betweenrun, compare
+from perfgrid import betweenrun, claimrow, compare
 from perfgrid.atomic import atomic_path
 from perfgrid.paths import Layout
 from perfgrid.report.claims import read_claims
 
-#: the false-discovery rate controlled over every claim with both estimates
+#: the false-discovery rate controlled over the counted claims with both estimates
 Q = 0.05
 #: what makes two runs' claims the same claim
 KEY = ["experiment", "runtime", "hypothesis", "criterion"]
 #: a pair of readings that contradict each other
 CONTRADICTION = frozenset({"reproduced", "not reproduced"})
 #: the table's columns, in order
-COLUMNS = [*KEY, "present", "verdict_a", "verdict_b", "readings_differ", "contradiction",
-           "value_a", "ci_low_a", "ci_high_a", "level_a", "value_b", "ci_low_b", "ci_high_b",
-           "level_b", "unit", "d", "se", "tau", "p", "q", "flagged", "estimate_test"]
+COLUMNS = [*KEY, "kind", "counted", "present", "verdict_a", "verdict_b", "readings_differ",
+           "contradiction", "flip", "value_a", "ci_low_a", "ci_high_a", "level_a",
+           "value_b", "ci_low_b", "ci_high_b", "level_b", "unit", "scale", "d", "se", "df",
+           "tau", "p", "q", "flagged", "estimate_test"]
 
 
-def within_se(row: pd.Series) -> tuple[float | None, str]:
-    """(standard error of ``ln value`` inside the run, "") from the row's interval at its
-    own ``level``, less the between-run part it holds (``tau``,
-    :func:`perfgrid.betweenrun.within_interval`); (None, why) where the row has no usable
-    estimate or interval."""
-    value = float(row.get("value", math.nan))
-    if not (math.isfinite(value) and value > 0):
-        return None, "no estimate"
-    level = float(row.get("level", math.nan))
-    if not (math.isnan(level) or 0 < level < 1):
-        return None, f"interval level {level!r} is not a probability"
-    bounds = betweenrun.within_interval(row)
-    if bounds is None:
-        return None, "no interval"
-    z = float(sps.norm.ppf(0.5 + (0.95 if math.isnan(level) else level) / 2))
-    return (math.log(bounds[1]) - math.log(bounds[0])) / (2 * z), ""
+class SameRun(ValueError):
+    """Two sources that are one run: judged or pooled as two, it would count twice."""
 
 
-def _index(claims: pd.DataFrame, label: str) -> dict[tuple[str, ...], pd.Series]:
+def check_distinct(roots: list[Path], sources: list[str]) -> None:
+    """Refuse two sources that are one run (perfgrid.gallery.run_identity: the same raw
+    result files, or the same run.json): a run against its copy agrees with itself, and
+    pooled twice one run would count as two and narrow the interval. SameRun naming both."""
+    from perfgrid.gallery import run_identity
+
+    seen: dict[tuple[str, str], int] = {}
+    for n, (root, source) in enumerate(zip(roots, sources, strict=True)):
+        identity = run_identity(root)
+        for kind in ("raw", "run"):
+            value = identity.get(kind)
+            if value and seen.setdefault((kind, value), n) != n:
+                why = (f"the same raw result files (sha256 {value[:12]})" if kind == "raw"
+                       else "the same run.json (one start of the pipeline)")
+                raise SameRun(f"refused, nothing written: {sources[seen[kind, value]]} and "
+                              f"{source} are the same run: {why}; give each run once")
+
+
+def _pair_tau(ra: pd.Series, rb: pd.Series) -> float:
+    """The pair's between-run standard deviation on the claim's scale
+    (perfgrid.betweenrun.pair_tau)."""
+    return float(betweenrun.pair_tau(ra, rb))
+
+
+def index(claims: pd.DataFrame, label: str) -> dict[tuple[str, ...], pd.Series]:
+    """A run's claims by :data:`KEY`; ValueError naming the run where a column is missing
+    or a claim is listed twice (counted twice, one run would weigh as two)."""
     missing = [c for c in [*KEY, "verdict", "value", "ci_low", "ci_high"] if c not in claims]
     if missing:
         raise ValueError(f"run {label}: its claims lack column(s) {', '.join(missing)}")
@@ -74,6 +91,23 @@ def _index(claims: pd.DataFrame, label: str) -> dict[tuple[str, ...], pd.Series]
     return out
 
 
+def within(row: pd.Series, label: str) -> claimrow.WithinSe:
+    """perfgrid.claimrow.within_se, its errors naming the run."""
+    try:
+        return claimrow.within_se(row)
+    except ValueError as err:
+        raise ValueError(f"run {label}: {err}") from None
+
+
+def welch(a: claimrow.WithinSe, b: claimrow.WithinSe, tau: float) -> tuple[float, float]:
+    """(se, df) of ``a.y - b.y``: ``sqrt(se_a^2 + se_b^2 + 2 tau^2)`` and its degrees of
+    freedom by Welch-Satterthwaite (tau known: no term of its own)."""
+    va, vb = a.se**2, b.se**2
+    var = va + vb + 2 * tau**2
+    den = sum(v**2 / df for v, df in ((va, a.df), (vb, b.df)) if math.isfinite(df))
+    return math.sqrt(var), (var**2 / den if den > 0 else math.inf)
+
+
 def _side(row: pd.Series | None, side: str) -> dict[str, Any]:
     if row is None:
         return {f"{k}_{side}": (math.nan if k != "verdict" else "")
@@ -84,47 +118,59 @@ def _side(row: pd.Series | None, side: str) -> dict[str, Any]:
             f"level_{side}": 0.95 if math.isnan(level) else level}
 
 
+def _flip(verdict_a: str, verdict_b: str) -> str:
+    """"" (the same reading), "contradiction" or "neighbour" (any other pair that differs)."""
+    if verdict_a == verdict_b:
+        return ""
+    return "contradiction" if {verdict_a, verdict_b} == CONTRADICTION else "neighbour"
+
+
 def judge(a: pd.DataFrame, b: pd.DataFrame, q: float = Q) -> pd.DataFrame:
     """The first run's claims against the second's (each a frame of ``claims.csv``'s
     columns): one row per claim (:data:`COLUMNS`), those in both runs first, in A's order,
     then those in A only, then those in B only (``present``)."""
-    rows_a, rows_b = _index(a, "A"), _index(b, "B")
+    rows_a, rows_b = index(a, "A"), index(b, "B")
     rows = []
     for key in [*rows_a, *(k for k in rows_b if k not in rows_a)]:
         ra, rb = rows_a.get(key), rows_b.get(key)
-        unit = (ra if ra is not None else rb).get("unit", "")
-        unit = unit if isinstance(unit, str) else ""
-        row: dict[str, Any] = {**dict(zip(KEY, key, strict=True)),
+        either = ra if ra is not None else rb
+        unit = either.get("unit", "")
+        kinds = [str(r.get("kind", "") or "") for r in (ra, rb) if r is not None]
+        kind = next((k for k in kinds if k and k != "nan"), "")
+        row: dict[str, Any] = {**dict(zip(KEY, key, strict=True)), "kind": kind,
+                               "counted": claimrow.counted({"kind": kind}),
                                "present": "both" if ra is not None and rb is not None
                                else "only in A" if ra is not None else "only in B",
-                               **_side(ra, "a"), **_side(rb, "b"), "unit": unit,
-                               "readings_differ": None, "contradiction": None,
-                               "d": math.nan, "se": math.nan, "tau": math.nan, "p": math.nan,
-                               "q": math.nan, "flagged": None, "estimate_test": ""}
+                               **_side(ra, "a"), **_side(rb, "b"),
+                               "unit": unit if isinstance(unit, str) else "",
+                               "readings_differ": None, "contradiction": None, "flip": "",
+                               "scale": "", "d": math.nan, "se": math.nan, "df": math.nan,
+                               "tau": math.nan, "p": math.nan, "q": math.nan,
+                               "flagged": None, "estimate_test": ""}
+        rows.append(row)
         if ra is None or rb is None:
             row["estimate_test"] = f"n/a: the claim is {row['present']}"
-            rows.append(row)
             continue
-        row["readings_differ"] = row["verdict_a"] != row["verdict_b"]
-        row["contradiction"] = {row["verdict_a"], row["verdict_b"]} == CONTRADICTION
-        (se_a, why_a), (se_b, why_b) = within_se(ra), within_se(rb)
-        row["flagged"] = False
-        if se_a is None or se_b is None:
-            whys = [f"{why} in {side}" for why, side in ((why_a, "A"), (why_b, "B")) if why]
+        row["flip"] = _flip(row["verdict_a"], row["verdict_b"])
+        row["readings_differ"] = bool(row["flip"])
+        row["contradiction"] = row["flip"] == "contradiction"
+        wa, wb = within(ra, "A"), within(rb, "B")
+        row["flagged"] = False if row["counted"] else None
+        whys = [f"{w.how} in {side}" for w, side in ((wa, "A"), (wb, "B")) if w.se is None]
+        if not whys and wa.scale != wb.scale:
+            whys = [f"judged on the {wa.scale} scale in A, the {wb.scale} scale in B"]
+        if whys:
             row["estimate_test"] = f"n/a: {' and '.join(whys)}"
-            rows.append(row)
             continue
-        tau = float(betweenrun.tau(key[0], key[1], key[2]))
-        se = math.sqrt(se_a**2 + se_b**2 + 2 * tau**2)
-        d = math.log(row["value_a"]) - math.log(row["value_b"])
-        row.update(d=d, se=se, tau=tau)
-        if se > 0:
-            row["p"] = float(2 * sps.norm.sf(abs(d) / se))
-        else:
-            row["estimate_test"] = "n/a: no width left in either interval"
-        rows.append(row)
+        tau = _pair_tau(ra, rb)
+        se, df = welch(wa, wb, tau)
+        d = wa.y - wb.y
+        p = float(2 * (sps.t.sf(abs(d) / se, df) if math.isfinite(df)
+                       else sps.norm.sf(abs(d) / se)))
+        row.update(scale=wa.scale, d=d, se=se, df=df, tau=tau, p=p,
+                   estimate_test="" if row["counted"] else "not counted: a sanity check")
     table = pd.DataFrame(rows, columns=COLUMNS)
-    tested = table["p"].notna()
+    tested = table["p"].notna() & table["counted"]
     if tested.any():
         table.loc[tested, "q"] = sps.false_discovery_control(table.loc[tested, "p"].to_numpy(),
                                                               method="bh")
@@ -135,16 +181,20 @@ def judge(a: pd.DataFrame, b: pd.DataFrame, q: float = Q) -> pd.DataFrame:
 
 
 def counts(table: pd.DataFrame) -> dict[str, int]:
-    """The summary's numbers: claims compared (in both runs), readings that differ,
-    contradictions, claims tested on their estimates, flagged by Benjamini-Hochberg, and
-    the claims of one run only."""
+    """The summary's numbers over the counted claims in both runs: claims compared,
+    readings that differ, contradictions and neighbour flips, claims tested on their
+    estimates, flagged by Benjamini-Hochberg; the claims of one run only; and the sanity
+    checks compared (``sanity``) and read differently (``sanity_differ``), apart."""
     both = table[table["present"] == "both"]
-    return {"compared": len(both), "differ": int(both["readings_differ"].eq(True).sum()),
-            "contradictions": int(both["contradiction"].eq(True).sum()),
-            "tested": int(both["p"].notna().sum()),
-            "flagged": int(both["flagged"].eq(True).sum()),
+    counted, sanity = both[both["counted"].astype(bool)], both[~both["counted"].astype(bool)]
+    return {"compared": len(counted), "differ": int(counted["readings_differ"].eq(True).sum()),
+            "contradictions": int((counted["flip"] == "contradiction").sum()),
+            "neighbours": int((counted["flip"] == "neighbour").sum()),
+            "tested": int(counted["p"].notna().sum()),
+            "flagged": int(counted["flagged"].eq(True).sum()),
             "only_a": int((table["present"] == "only in A").sum()),
-            "only_b": int((table["present"] == "only in B").sum())}
+            "only_b": int((table["present"] == "only in B").sum()),
+            "sanity": len(sanity), "sanity_differ": int(sanity["readings_differ"].eq(True).sum())}
 
 
 def _estimate(row: pd.Series, side: str) -> str:
@@ -165,55 +215,81 @@ def _name(row: pd.Series) -> str:
     return f"{row['experiment']} [{row['runtime']}] {row['hypothesis']}"
 
 
+def _test(row: pd.Series) -> str:
+    if not math.isfinite(row["p"]):
+        return row["estimate_test"]
+    adjusted = f", q {row['q']:.2g}" if math.isfinite(row["q"]) else ""
+    return f"d {row['d']:+.3f}, se {row['se']:.3f}, df {row['df']:.3g}, p {row['p']:.2g}{adjusted}"
+
+
 def summary(table: pd.DataFrame, q: float = Q) -> str:
-    """The summary line, then one line per claim flagged, contradicting, read differently,
-    or in one run only."""
+    """The summary line over the counted claims, then one line per counted claim flagged
+    or whose reading flipped (a contradiction, or a neighbour), the claims of one run only,
+    and the sanity checks apart."""
     n = counts(table)
-    lines = [f"{n['compared']} claims compared: {n['differ']} readings differ, "
-             f"{n['contradictions']} contradictions (reproduced against not reproduced), "
-             f"{n['flagged']} of {n['tested']} with both estimates flagged by "
-             f"Benjamini-Hochberg at q = {q}; {n['only_a']} claims only in A, "
-             f"{n['only_b']} only in B"]
-    for _, row in table[table["present"] == "both"].iterrows():
-        marks = [mark for mark, column in (("flagged", "flagged"),
-                                           ("contradiction", "contradiction"),
-                                           ("reading differs", "readings_differ"))
-                 if _yes(row[column])]
+    lines = [f"{n['compared']} counted claims compared: {n['differ']} readings differ "
+             f"({n['contradictions']} contradictions: reproduced against not reproduced; "
+             f"{n['neighbours']} neighbour flips), {n['flagged']} of {n['tested']} with both "
+             f"estimates flagged by Welch's t and Benjamini-Hochberg at q = {q}; "
+             f"{n['only_a']} claims only in A, {n['only_b']} only in B; {n['sanity']} sanity "
+             f"checks apart, {n['sanity_differ']} read differently"]
+    both = table[table["present"] == "both"]
+    for _, row in both[both["counted"].astype(bool)].iterrows():
+        marks = [mark for mark, on in (("flagged", _yes(row["flagged"])),
+                                       (f"{row['flip']} flip", bool(row["flip"]))) if on]
         if marks:
-            test = (f"d {row['d']:+.3f}, se {row['se']:.3f}, p {row['p']:.2g}, q {row['q']:.2g}"
-                    if math.isfinite(row["p"]) else row["estimate_test"])
             lines.append(f"  {', '.join(marks)}: {_name(row)}: A {row['verdict_a']} "
                          f"{_estimate(row, 'a')}, B {row['verdict_b']} {_estimate(row, 'b')} "
-                         f"({test})")
+                         f"({_test(row)})")
     for _, row in table[table["present"] != "both"].iterrows():
         side = "a" if row["present"] == "only in A" else "b"
         lines.append(f"  {row['present']}: {_name(row)} ({row['criterion']}): "
                      f"{row[f'verdict_{side}']} {_estimate(row, side)}")
+    for _, row in both[~both["counted"].astype(bool)].iterrows():
+        if row["flip"]:
+            lines.append(f"  sanity check, not counted, {row['flip']} flip: {_name(row)}: "
+                         f"A {row['verdict_a']} {_estimate(row, 'a')}, B {row['verdict_b']} "
+                         f"{_estimate(row, 'b')} ({_test(row)})")
     return "\n".join(lines)
 
 
-def claims_of(source: str, scratch: Path) -> pd.DataFrame:
-    """A run's claims (its ``claims.csv``) as a frame: from a result folder
-    (``results/<host>``), or an archive, verified and extracted into ``scratch`` as
-    ``perfgrid compare`` and ``gallery`` read one. ValueError naming ``source`` where
-    there is no claims.csv."""
+def root_of(source: str, scratch: Path) -> Path:
+    """A run's result folder: ``source`` itself (``results/<host>``), or an archive,
+    verified and extracted into ``scratch`` as ``perfgrid compare`` reads one. ValueError
+    naming ``source`` where it is neither."""
     path = Path(source)
     if path.is_file() and path.name.endswith(".tar.gz"):
-        root = compare.resolve(source, scratch)
-        where = f"{source}: its result folder results/{root.name}/ holds no claims.csv"
-    elif path.is_dir():
-        root = path
-        where = f"{source}: no claims.csv in this folder"
-    elif path.exists():
+        return compare.resolve(source, scratch)
+    if path.is_dir():
+        return path
+    if path.exists():
         raise ValueError(f"{source}: neither a result folder (results/<host>) nor a .tar.gz "
                          f"archive")
-    else:
-        raise ValueError(f"{source}: no such result folder or archive")
+    raise ValueError(f"{source}: no such result folder or archive")
+
+
+def _claims_at(root: Path, source: str) -> pd.DataFrame:
     table = Layout(root).claims_table
     if not table.is_file():
+        where = (f"{source}: its result folder results/{root.name}/ holds no claims.csv"
+                 if Path(source).is_file() else f"{source}: no claims.csv in this folder")
         raise ValueError(f"{where} (a run writes it with its report; a run from before "
                          f"claims.csv has none)")
     return pd.DataFrame([c.as_row() for c in read_claims(table)])
+
+
+def claims_of(source: str, scratch: Path) -> pd.DataFrame:
+    """A run's claims (its ``claims.csv``) as a frame, from a result folder or an archive
+    (:func:`root_of`); ValueError naming ``source`` where there is no claims.csv."""
+    return _claims_at(root_of(source, scratch), source)
+
+
+def runs_of(sources: list[str], scratch: Path) -> list[pd.DataFrame]:
+    """Each source's claims, once every source is known to be a run of its own
+    (:func:`check_distinct`, SameRun otherwise)."""
+    roots = [root_of(source, scratch / str(i)) for i, source in enumerate(sources)]
+    check_distinct(roots, sources)
+    return [_claims_at(root, source) for root, source in zip(roots, sources, strict=True)]
 
 
 def label(source: str) -> str:
@@ -226,9 +302,12 @@ def main(a_src: str, b_src: str, out_dir: Path) -> dict[str, Any]:
     """Read both runs' claims, judge them, write ``out_dir/aa.csv``; the table, its
     :func:`counts`, the :func:`summary` text and the path written."""
     with tempfile.TemporaryDirectory(prefix="perfgrid-aa-") as scratch:
-        a = claims_of(a_src, Path(scratch) / "a")
-        b = claims_of(b_src, Path(scratch) / "b")
-    table = judge(a, b)
+        a, b = runs_of([a_src, b_src], Path(scratch))
+    # the user's records beside each result folder count for tau, with the shipped ones
+    mine = tuple(dict.fromkeys(str(Path(s).resolve().parent / betweenrun.USER_RECORDS)
+                               for s in (a_src, b_src)))
+    with betweenrun.judging(betweenrun.Judging(records=mine)):
+        table = judge(a, b)
     path = Path(out_dir) / "aa.csv"
     with atomic_path(path) as tmp:
         table.to_csv(tmp, index=False)

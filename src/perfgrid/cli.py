@@ -165,7 +165,11 @@ def _aa_judge(args: argparse.Namespace) -> None:
 
     a, b = args.snakemake_args
     out = Path(args.out or Path(args.results) / "compare" / f"aa-{aa.label(a)}-{aa.label(b)}")
-    result = aa.main(a, b, out)
+    try:
+        result = aa.main(a, b, out)
+    except aa.SameRun as err:  # a run against itself: a usage error, exit 2
+        print(f"perfgrid aa: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
     print(f"perfgrid aa: A = {a} ({result['claims'][0]} claims), "
           f"B = {b} ({result['claims'][1]} claims)")
     print(result["text"])
@@ -184,13 +188,15 @@ def _aa_command(args: argparse.Namespace) -> None:
 
 
 def _pool(args: argparse.Namespace) -> None:
-    """``pool RUN RUN ...``: several runs of one machine pooled per claim (perfgrid.pooling)."""
-    from perfgrid import pooling
+    """``pool RUN RUN ...``: several runs of one machine pooled per claim (perfgrid.pooling).
+    Exit 2 where two sources are one run, 1 for another error."""
+    from perfgrid import aa, pooling
 
     try:
         result = pooling.main(args.runs, Path(args.out))
     except ValueError as err:
-        raise SystemExit(f"perfgrid pool: {err}") from None
+        print(f"perfgrid pool: {err}", file=sys.stderr)
+        raise SystemExit(2 if isinstance(err, aa.SameRun) else 1) from None
     counts = ", ".join(f"{n} {v}" for v, n in sorted(result["counts"].items()))
     print(f"perfgrid pool: {len(args.runs)} runs, {len(result['table'])} claims "
           f"(seed and project: {counts}); written to {result['path']}")
@@ -337,11 +343,14 @@ def main(argv: list[str] | None = None) -> None:
                        "estimates (aa RUN_A RUN_B, perfgrid.aa); or run one config twice "
                        "and compare (aa [--label ...]): the noise floor of this machine",
                        description="With two result sets (RUN_A RUN_B: results/<host> folders "
-                       "holding claims.csv, or archives), judge them claim by claim: the "
-                       "difference of log estimates against both intervals and the "
-                       "between-run component, Benjamini-Hochberg at q = 0.05, readings that "
-                       "differ and contradict; writes <out>/aa.csv and exits 0. Without them, "
-                       "run the config twice under two labels and compare the runs.")
+                       "holding claims.csv, or archives), judge them claim by claim: Welch's t on "
+                       "the difference of the estimates (log, or logit for shares) against "
+                       "both runs' within-run errors and the between-run component, "
+                       "Benjamini-Hochberg at q = 0.05 over the seed and project claims "
+                       "(sanity checks apart), readings that flip (contradiction or "
+                       "neighbour); writes <out>/aa.csv and exits 0; a run against itself or "
+                       "its copy is refused (exit 2). Without them, run the config twice "
+                       "under two labels and compare the runs.")
     p.add_argument("--configfile", help="config to run (default: config/config.yaml)")
     p.add_argument("--label", default="aa", help="results land in <results>/<label>-a and -b")
     p.add_argument("--results", default="results", help="the config's results folder")
