@@ -15,6 +15,15 @@ the bytes of every member, and the crate's ``sha256`` and ``contentSize`` of eve
 against the file (the crate lists every file but itself and the manifest, which hashes
 it). An archive made before the crate has none and is checked on its manifest alone.
 The archive's own SHA-256 goes beside it (``<archive>.sha256``, as ``sha256sum`` writes).
+
+The manifest and the crate travel inside the archive: whoever rewrites the data can
+rewrite them too. So where ``<archive>.sha256`` stands beside the archive, the bytes read
+are hashed as they are checked and must match it, or the archive is refused; without it
+the two checks show only that the archive agrees with itself (``perfgrid verify`` says so
+and prints the digest, to compare with the one published).
+
+Every problem names members as :func:`printable` shows them: a name holding terminal
+escape codes or line breaks cannot rewrite what is printed around it.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ import tempfile
 import time
 import zlib
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
@@ -139,15 +149,24 @@ def installed_packages() -> str:
 
 
 class _Hashing:
-    """A file as tarfile copies it, hashed on the way: the manifest states the bytes archived."""
+    """A file as tarfile reads it, hashed on the way: the manifest states the bytes archived,
+    and verify checks the archive's digest of the very bytes it checked. A seek (tarfile
+    never makes one reading a .tar.gz front to back) marks the digest as not sequential."""
 
     def __init__(self, handle: IO[bytes]) -> None:
-        self.handle, self.digest = handle, hashlib.sha256()
+        self.handle, self.digest, self.sequential = handle, hashlib.sha256(), True
 
     def read(self, size: int = -1) -> bytes:
         data = self.handle.read(size)
         self.digest.update(data)
         return data
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        self.sequential = False
+        return self.handle.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.handle.tell()
 
 
 def _add_file(tar: tarfile.TarFile, path: Path, arcname: str) -> tuple[str, int]:
@@ -186,6 +205,32 @@ def file_sha256(path: Path) -> str:
 def sidecar(archive: Path) -> Path:
     """``<archive>.sha256``: the archive's SHA-256 in ``sha256sum`` format, to quote."""
     return archive.with_name(f"{archive.name}.sha256")
+
+
+def printable(text: str) -> str:
+    """``text`` with every character a terminal acts on or hides (control and format
+    characters, line breaks, undecodable bytes) written as its escape (``\\x1b``,
+    ``\\u202e``): an archive member's name is shown, never obeyed."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
+def sealed_digest(archive: Path) -> str | None:
+    """The SHA-256 that ``<archive>.sha256`` states (the first word of its one line, as
+    ``sha256sum`` writes it), or None where there is no such file; ValueError where it is
+    unreadable or not a SHA-256. The name after the digest is not compared: a renamed pair
+    is still one archive and its digest."""
+    path = sidecar(archive)
+    if not path.exists():
+        return None
+    try:
+        words = path.read_text().split()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path.name}: unreadable ({err})") from None
+    digest = words[0].lower() if words else ""
+    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise ValueError(f"{path.name}: not a sha256sum line (64 hex digits, then the "
+                         f"archive's name)")
+    return digest
 
 
 def create(results_root: Path, output: Path) -> Path:
@@ -245,7 +290,7 @@ def create(results_root: Path, output: Path) -> Path:
         tmp.unlink(missing_ok=True)
     write_text(sidecar(output), f"{digest}  {output.name}\n")
     for item in left_out:
-        print(f"archive: left out {item}")
+        print(f"archive: left out {printable(item)}")
     return output
 
 
@@ -333,8 +378,10 @@ def _write(path: Path, chunks: Iterable[bytes], member: tarfile.TarInfo) -> None
         raise _Refused(f"cannot write {path}: {err}") from err
 
 
-def _walk(archive: Path, into: Path | None = None) -> tuple[list[str], str | None]:
-    """Check every member of ``archive`` in one streaming pass; the problems and the top folder.
+def _walk(source: IO[bytes], archive: Path,
+          into: Path | None = None) -> tuple[list[str], str | None]:
+    """Check every member of ``archive`` (read from ``source``) in one streaming pass; the
+    problems and the top folder.
 
     The one check behind both ``verify`` and ``extract``, so that they cannot disagree:
     only regular files and folders, safe names, one top folder, no duplicates, every
@@ -354,7 +401,7 @@ def _walk(archive: Path, into: Path | None = None) -> tuple[list[str], str | Non
     times: list[tuple[Path, int, float]] = []  # folders: set last, writing files changes them
     total = members = 0
     try:
-        with tarfile.open(archive, "r:gz", tarinfo=_BoundedTarInfo) as tar:
+        with tarfile.open(str(archive), "r:gz", source, tarinfo=_BoundedTarInfo) as tar:
             while (member := tar.next()) is not None:
                 members += 1
                 if members > MAX_MEMBERS:
@@ -463,14 +510,50 @@ def _walk(archive: Path, into: Path | None = None) -> tuple[list[str], str | Non
     return problems, top
 
 
+@dataclass(frozen=True)
+class Checked:
+    """What checking an archive found: its ``problems`` (empty: intact, each
+    :func:`printable`), its top folder, the SHA-256 of the bytes checked (empty where the
+    file could not be opened) and the one its ``.sha256`` states (None: no such file)."""
+
+    problems: list[str]
+    top: str | None
+    digest: str
+    sealed: str | None
+
+
+def _check(archive: Path, into: Path | None = None) -> Checked:
+    """:func:`_walk` over the archive's bytes, hashed as they are read, then that digest
+    against ``<archive>.sha256`` where it exists: its problem comes first."""
+    try:
+        with open(archive, "rb") as handle:
+            reader = _Hashing(handle)
+            problems, top = _walk(reader, archive, into)  # type: ignore[arg-type]
+            while reader.read(CHUNK):  # the bytes after a refusal: the digest is of the file
+                pass
+            digest = reader.digest.hexdigest() if reader.sequential else file_sha256(archive)
+    except OSError as err:  # opening it, or reading past where the walk stopped
+        return Checked([printable(f"not a readable .tar.gz: {err}")], None, "", None)
+    seal: list[str] = []
+    try:
+        sealed = sealed_digest(archive)
+    except ValueError as err:
+        sealed, seal = None, [str(err)]
+    if sealed is not None and sealed != digest:
+        seal = [f"sha256 {digest} is not the {sealed} that {sidecar(archive).name} states: "
+                f"not the archive published with it (altered, its data and checksums "
+                f"perhaps rewritten together)"]
+    return Checked([printable(p) for p in [*seal, *problems]], top, digest, sealed)
+
+
 def verify(archive: Path) -> list[str]:
-    """Problems found checking ``archive`` against its manifest and its RO-Crate (empty:
-    intact).
+    """Problems found checking ``archive`` against its ``.sha256`` (where it has one), its
+    manifest and its RO-Crate (empty: intact).
 
     Exactly what ``extract`` checks, so an archive that verifies extracts to the
     data its manifest names, and one that does not is refused by both.
     """
-    return _walk(Path(archive))[0]
+    return _check(Path(archive)).problems
 
 
 def extract(archive: Path, target: Path) -> Path:
@@ -487,7 +570,8 @@ def extract(archive: Path, target: Path) -> Path:
     beside.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.extract-", dir=beside))
     try:
-        problems, top = _walk(archive, tmp)
+        checked = _check(archive, tmp)
+        problems, top = checked.problems, checked.top
         if problems or top is None:
             more = f" (and {len(problems) - 1} more; see perfgrid verify)" \
                 if len(problems) > 1 else ""
@@ -504,17 +588,36 @@ def extract(archive: Path, target: Path) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def seal_words(archive: Path, checked: Checked) -> str:
+    """What the archive's digest vouches for, in words, for ``perfgrid verify`` to print."""
+    name = printable(sidecar(archive).name)
+    if not checked.digest:
+        return "sha256: none (the file could not be read)"
+    if checked.sealed == checked.digest:
+        return (f"sha256 {checked.digest}: as {name} states, so the archive published with "
+                f"it")
+    if checked.sealed is not None:
+        return f"sha256 {checked.digest}: NOT as {name} states ({checked.sealed})"
+    return (f"sha256 {checked.digest}: no {name} beside it, so only internal checksums "
+            f"were checked; they travel inside the archive and cannot vouch against data "
+            f"and checksums rewritten together: compare this digest with the one published "
+            f"with the archive")
+
+
 def main_verify(paths: Iterable[str]) -> int:
     status = 0
     for path in paths:
         started = time.perf_counter()
-        problems = verify(Path(path))
+        checked = _check(Path(path))
         elapsed = time.perf_counter() - started
-        if problems:
+        shown = printable(path)
+        if checked.problems:
             status = 1
-            print(f"{path}: FAILED ({len(problems)} problems)")
-            for problem in problems[:50]:
+            print(f"{shown}: FAILED ({len(checked.problems)} problems)")
+            print(f"  {seal_words(Path(path), checked)}")
+            for problem in checked.problems[:50]:
                 print(f"  {problem}")
         else:
-            print(f"{path}: OK ({elapsed:.1f} s)")
+            print(f"{shown}: OK ({elapsed:.1f} s)")
+            print(f"  {seal_words(Path(path), checked)}")
     return status
