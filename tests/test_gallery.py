@@ -150,7 +150,8 @@ def test_claims_csv_gives_back_every_field_of_every_claim(tmp_path: Path):
     frame.to_csv(tmp_path / "older.csv", index=False)
     assert [c.point_keys for c in read_claims(tmp_path / "older.csv")] == [(), ()]
     path.write_text(path.read_text().replace("reproduced", "sort of", 1))
-    with pytest.raises(ValueError, match="claims.csv line 3: verdict: 'sort of'"):
+    # the line in the file: the first claim's reason spans lines 2 and 3
+    with pytest.raises(ValueError, match="claims.csv line 4: verdict: 'sort of'"):
         read_claims(path)
 
 
@@ -527,3 +528,42 @@ def test_a_planted_script_does_not_run_in_chromium(planted: Path):
     assert titles == ["perfgrid gallery: beta's own report"] * 2
     assert len(shown) == 2 and all("the planted report" in text for text in shown), shown
     assert [u for u in requests if not u.startswith(("file://", "data:", "about:"))] == []
+
+
+# -- claims.csv read right or refused by line ---------------------------------------------
+def written_claims(tmp_path: Path) -> Path:
+    path = tmp_path / "claims.csv"
+    write_claims(pd.DataFrame([claim(name, *facts).as_row()
+                               for name, facts in CLAIMS["alpha"].items()]), path)
+    return path
+
+
+def test_a_claims_csv_with_a_byte_order_mark_is_read(tmp_path: Path):
+    """Issue 60: a spreadsheet's BOM made it 'missing column experiment'."""
+    path = written_claims(tmp_path)
+    expected = read_claims(path)
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert [same_row(c.as_row()) for c in read_claims(path)] == [
+        same_row(c.as_row()) for c in expected]
+
+
+@pytest.mark.parametrize("cut", ["last fields cut", "a middle row cut", "a field too many"])
+def test_a_truncated_claims_csv_is_refused_naming_the_line(tmp_path: Path, cut: str):
+    """Issue 60: a claims.csv cut short was read with the missing fields empty."""
+    path = written_claims(tmp_path)
+    lines = path.read_text().splitlines(keepends=True)
+    fields = len(lines[0].split(","))
+    if cut == "last fields cut":
+        path.write_text("".join(lines[:-1]) + lines[-1].rsplit(",", 3)[0])
+        line, given = 4, fields - 3
+    elif cut == "a middle row cut":
+        lines[2] = lines[2].rsplit(",", 1)[0] + "\n"
+        path.write_text("".join(lines))
+        line, given = 3, fields - 1
+    else:
+        lines[1] = lines[1].rstrip("\n") + ",extra\n"
+        path.write_text("".join(lines))
+        line, given = 2, fields + 1
+    with pytest.raises(ValueError, match=re.escape(
+            f"{path} line {line}: {given} fields where the header has {fields}")):
+        read_claims(path)
