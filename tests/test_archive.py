@@ -252,7 +252,8 @@ class Zeros(io.RawIOBase):
         return n
 
 
-def test_a_gzip_bomb_is_hashed_in_bounded_memory(tmp_path):
+def test_a_gzip_bomb_is_hashed_in_bounded_memory(tmp_path, monkeypatch):
+    monkeypatch.setattr(archive, "MAX_RATIO", 10**6)  # not refused as a bomb: read through
     size = 200 << 20
     bomb = tmp_path / "bomb.tar.gz"
     info = tarfile.TarInfo(f"{TOP}/results/h/bomb.bin")
@@ -887,3 +888,42 @@ def test_member_names_are_printed_escaped(tmp_path):
     done = cli("extract", str(path), str(tmp_path / "dest"))
     assert done.returncode == 1 and shown in done.stderr
     assert not any(c in done.stderr for c in "\x1b\r\u202e"), done.stderr
+
+
+def test_a_compression_bomb_is_refused_before_it_is_inflated(tmp_path, monkeypatch):
+    """A member that inflates more than MAX_RATIO-fold past BOMB_FLOOR is refused, its
+    manifest line right or not: verify stops reading, extract writes none of it. Before,
+    a 2 MB archive of 2 GiB of zeros verified OK (13 s) and extract wrote 2.1 GiB."""
+    monkeypatch.setattr(archive, "BOMB_FLOOR", 1 << 20)
+    size = 64 << 20
+    zeros = hashlib.sha256(bytes(size)).hexdigest()
+    bomb = tmp_path / "bomb.tar.gz"
+    info = tarfile.TarInfo(f"{TOP}/results/h/bomb.json")
+    info.size = size
+    with tarfile.open(bomb, "w:gz", compresslevel=9) as tar:
+        for member, data in good_members():
+            if member.name.endswith(archive.MANIFEST):
+                tar.addfile(info, io.BufferedReader(Zeros(size)))
+                data += f"{zeros}  results/h/bomb.json\n".encode()
+                member.size = len(data)
+            tar.addfile(member, io.BytesIO(data) if data is not None else None)
+    assert bomb.stat().st_size < size / 500
+    problems = archive.verify(bomb)
+    assert len(problems) == 1 and problems[0].startswith("refused: a compression bomb: ") \
+        and f"-fold) in {TOP}/results/h/bomb.json" in problems[0], problems
+    with pytest.raises(archive.ArchiveError, match="a compression bomb"):
+        archive.extract(bomb, tmp_path / "dest")
+    assert not (tmp_path / "dest").exists() and leftovers(tmp_path, bomb) == []
+    # under the ratio it is read through, and its manifest line is right
+    monkeypatch.setattr(archive, "MAX_RATIO", 10**6)
+    assert archive.verify(bomb) == []
+
+
+def test_zeros_padded_after_the_end_are_a_bomb_too(tmp_path, monkeypatch):
+    monkeypatch.setattr(archive, "BOMB_FLOOR", 1 << 20)
+    raw = gzip.decompress(good_bytes(tmp_path)) + bytes(64 << 20)
+    path = tmp_path / "padded.tar.gz"
+    path.write_bytes(gzip.compress(raw, compresslevel=9))
+    problems = archive.verify(path)
+    assert problems and "a compression bomb" in problems[-1] \
+        and "in the padding after the last member" in problems[-1], problems

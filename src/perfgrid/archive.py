@@ -155,10 +155,12 @@ class _Hashing:
 
     def __init__(self, handle: IO[bytes]) -> None:
         self.handle, self.digest, self.sequential = handle, hashlib.sha256(), True
+        self.count = 0  # bytes read: how much of a .tar.gz a member was inflated from
 
     def read(self, size: int = -1) -> bytes:
         data = self.handle.read(size)
         self.digest.update(data)
+        self.count += len(data)
         return data
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
@@ -303,7 +305,12 @@ class _Refused(Exception):
 
 
 #: what a walk accepts before it stops: an archive is refused rather than read past these
-MAX_BYTES = 32 << 30  # total size of the regular files (a compressed bomb ends here)
+MAX_BYTES = 32 << 30  # total size of the regular files
+#: a compression bomb ends here: past BOMB_FLOOR bytes of one member (or of the padding
+#: after the last), more than MAX_RATIO bytes out per byte of .tar.gz read is refused.
+#: Results, logs and tables compress 3 to 20-fold; gzip's limit is about 1030-fold
+MAX_RATIO = 200
+BOMB_FLOOR = 64 << 20
 MAX_MEMBERS = 200_000  # tarfile keeps one header object per member in memory
 MAX_MANIFEST = 64 << 20  # the manifest and the crate are the members read whole
 MAX_HEADER = 1 << 20  # pax and GNU long-name headers, which tarfile reads whole
@@ -355,6 +362,19 @@ def _parse_manifest(data: bytes) -> tuple[dict[str, str], list[str]]:
     return manifest, problems
 
 
+def _inflated(chunks: Iterable[bytes], source: _Hashing, what: str) -> Iterator[bytes]:
+    """``chunks`` as they come, refused (:data:`MAX_RATIO`) once they outgrow the .tar.gz
+    bytes read for them so far that they can only be a compression bomb: it is neither
+    inflated in full nor written to disk."""
+    start, out = source.count, 0
+    for chunk in chunks:
+        out += len(chunk)
+        if out > BOMB_FLOOR and out > MAX_RATIO * (source.count - start):
+            raise _Refused(f"a compression bomb: {out} bytes from {source.count - start} of "
+                           f"the .tar.gz (over {MAX_RATIO}-fold) in {what}")
+        yield chunk
+
+
 def _hashed(handle: IO[bytes], digest: Any, keep: list[bytes] | None) -> Iterator[bytes]:
     """A member's data in chunks, hashed on the way: never held whole (a bomb stays small)."""
     while chunk := handle.read(CHUNK):
@@ -378,7 +398,7 @@ def _write(path: Path, chunks: Iterable[bytes], member: tarfile.TarInfo) -> None
         raise _Refused(f"cannot write {path}: {err}") from err
 
 
-def _walk(source: IO[bytes], archive: Path,
+def _walk(source: _Hashing, archive: Path,
           into: Path | None = None) -> tuple[list[str], str | None]:
     """Check every member of ``archive`` (read from ``source``) in one streaming pass; the
     problems and the top folder.
@@ -401,7 +421,8 @@ def _walk(source: IO[bytes], archive: Path,
     times: list[tuple[Path, int, float]] = []  # folders: set last, writing files changes them
     total = members = 0
     try:
-        with tarfile.open(str(archive), "r:gz", source, tarinfo=_BoundedTarInfo) as tar:
+        with tarfile.open(str(archive), "r:gz", source,  # type: ignore[arg-type]
+                          tarinfo=_BoundedTarInfo) as tar:
             while (member := tar.next()) is not None:
                 members += 1
                 if members > MAX_MEMBERS:
@@ -461,7 +482,8 @@ def _walk(source: IO[bytes], archive: Path,
                 assert handle is not None  # a regular file always has a reader
                 digest = hashlib.sha256()
                 kept: list[bytes] = []
-                stream = _hashed(handle, digest, kept if whole else None)
+                stream = _inflated(_hashed(handle, digest, kept if whole else None), source,
+                                   member.name)
                 if into is None:
                     for _ in stream:
                         pass
@@ -477,7 +499,8 @@ def _walk(source: IO[bytes], archive: Path,
                         crate_data = b"".join(kept)
             # the rest of the stream: the gzip checksum, and nothing hidden after the end
             tail = 0
-            while chunk := tar.fileobj.read(CHUNK):
+            rest = iter(lambda: tar.fileobj.read(CHUNK), b"")
+            for chunk in _inflated(rest, source, "the padding after the last member"):
                 tail += len(chunk)
                 if chunk.strip(b"\0"):
                     raise _Refused("data after the end of the archive")
@@ -528,7 +551,7 @@ def _check(archive: Path, into: Path | None = None) -> Checked:
     try:
         with open(archive, "rb") as handle:
             reader = _Hashing(handle)
-            problems, top = _walk(reader, archive, into)  # type: ignore[arg-type]
+            problems, top = _walk(reader, archive, into)
             while reader.read(CHUNK):  # the bytes after a refusal: the digest is of the file
                 pass
             digest = reader.digest.hexdigest() if reader.sequential else file_sha256(archive)
@@ -598,6 +621,8 @@ def seal_words(archive: Path, checked: Checked) -> str:
                 f"it")
     if checked.sealed is not None:
         return f"sha256 {checked.digest}: NOT as {name} states ({checked.sealed})"
+    if checked.problems:  # failed on its own: what a .sha256 could add is beside the point
+        return f"sha256 {checked.digest} (no {name} beside it)"
     return (f"sha256 {checked.digest}: no {name} beside it, so only internal checksums "
             f"were checked; they travel inside the archive and cannot vouch against data "
             f"and checksums rewritten together: compare this digest with the one published "
