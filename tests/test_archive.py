@@ -848,7 +848,7 @@ def test_verify_checks_the_archives_own_digest_against_its_sha256(made, tmp_path
                         f"checksums perhaps rewritten together)"]
     done = cli("verify", str(path))
     assert done.returncode == 1 and "FAILED (1 problems)" in done.stdout, done.stdout
-    assert f"sha256 {digest}: NOT as {path.name}.sha256 states ({sealed})" in done.stdout
+    assert f"  {problems[0]}" in done.stdout
     done = cli("report", str(path), "-o", str(tmp_path / "report"))
     assert done.returncode == 1 and f"is not the {sealed}" in done.stderr, done.stderr
     assert not (tmp_path / "report").exists()
