@@ -252,7 +252,8 @@ class Zeros(io.RawIOBase):
         return n
 
 
-def test_a_gzip_bomb_is_hashed_in_bounded_memory(tmp_path):
+def test_a_gzip_bomb_is_hashed_in_bounded_memory(tmp_path, monkeypatch):
+    monkeypatch.setattr(archive, "MAX_RATIO", 10**6)  # not refused as a bomb: read through
     size = 200 << 20
     bomb = tmp_path / "bomb.tar.gz"
     info = tarfile.TarInfo(f"{TOP}/results/h/bomb.bin")
@@ -792,3 +793,137 @@ def test_a_crate_that_breaks_a_declared_profile_fails_the_community_validator(
     assert not result.passed()
     issues = required_issues(result)
     assert any(i.startswith(f"{profile}_") and said in i for i in issues), issues
+
+
+# The archive's own digest: what the manifest and crate cannot vouch for
+
+def forged(made: Path, dest: Path) -> Path:
+    """``made`` with a table's rate halved and its manifest and crate rewritten to match,
+    at ``dest``: every internal checksum agrees, only the archive's digest differs."""
+    members = _members(made)
+    table = next(data for info, data in members if info.name.endswith(CRATE_TABLE))
+    lines = table.decode().splitlines()
+    lines[1] = lines[1].replace("read,", "read,0.5*", 1)  # one number rewritten
+    table = ("\n".join(lines) + "\n").encode()
+    out, manifest_lines, crate_at = [], [], None
+    for info, data in members:
+        relative = info.name.split("/", 1)[-1]
+        if relative == CRATE_TABLE:
+            data = table
+            info.size = len(data)
+        if relative == archive.MANIFEST:
+            manifest_lines = data.decode().splitlines()
+            continue
+        if relative == crate.NAME:
+            crate_at = len(out)
+        out.append((info, data))
+    info, data = out[crate_at]
+    doc = json.loads(data)
+    _set(doc["@graph"], CRATE_TABLE, "sha256", hashlib.sha256(table).hexdigest())
+    _set(doc["@graph"], CRATE_TABLE, "contentSize", str(len(table)))
+    data = json.dumps(doc, indent=2).encode()
+    info.size = len(data)
+    out[crate_at] = (info, data)
+    new = {CRATE_TABLE: table, crate.NAME: data}
+    manifest_lines = [f"{hashlib.sha256(new[n]).hexdigest()}  {n}" if (n := line[66:]) in new
+                      else line for line in manifest_lines]
+    top = members[0][0].name.split("/")[0]
+    out.append(regular(f"{top}/{archive.MANIFEST}", ("\n".join(manifest_lines) + "\n").encode()))
+    return write(dest, out)
+
+
+def test_verify_checks_the_archives_own_digest_against_its_sha256(made, tmp_path):
+    """Issue 60: data, MANIFEST and RO-Crate rewritten together passed verify (rc 0) and
+    report rebuilt from the forged data; with the .sha256 kept beside it, both refuse."""
+    need("sha256sum")
+    path = forged(made, tmp_path / made.name)
+    shutil.copyfile(archive.sidecar(made), archive.sidecar(path))
+    assert subprocess.run(["sha256sum", "-c", archive.sidecar(path).name], cwd=tmp_path,
+                          capture_output=True).returncode != 0  # the forgery is real
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    sealed = archive.sidecar(made).read_text().split()[0]
+    problems = archive.verify(path)
+    assert problems == [f"sha256 {digest} is not the {sealed} that {path.name}.sha256 states: "
+                        f"not the archive published with it (altered, its data and "
+                        f"checksums perhaps rewritten together)"]
+    done = cli("verify", str(path))
+    assert done.returncode == 1 and "FAILED (1 problems)" in done.stdout, done.stdout
+    assert f"  {problems[0]}" in done.stdout
+    done = cli("report", str(path), "-o", str(tmp_path / "report"))
+    assert done.returncode == 1 and f"is not the {sealed}" in done.stderr, done.stderr
+    assert not (tmp_path / "report").exists()
+    with pytest.raises(archive.ArchiveError, match="refused, nothing extracted: sha256 "):
+        archive.extract(path, tmp_path / "x")
+    # without the .sha256 it agrees with itself: OK, and said plainly what that is worth
+    archive.sidecar(path).unlink()
+    assert archive.verify(path) == []
+    done = cli("verify", str(path))
+    assert done.returncode == 0 and f"sha256 {digest}: no {path.name}.sha256 beside it" \
+        in done.stdout and "cannot vouch against data and checksums rewritten together" \
+        in done.stdout, done.stdout
+    # the archive as made: its digest printed, as its .sha256 states
+    done = cli("verify", str(made))
+    assert done.returncode == 0 and f"sha256 {sealed}: as {made.name}.sha256 states" \
+        in done.stdout, done.stdout
+
+
+def test_a_sha256_file_that_is_not_one_fails_verify(made, tmp_path):
+    path = tmp_path / made.name
+    shutil.copyfile(made, path)
+    archive.sidecar(path).write_text("not a digest\n")
+    assert archive.verify(path) == [f"{path.name}.sha256: not a sha256sum line (64 hex "
+                                    f"digits, then the archive's name)"]
+
+
+def test_member_names_are_printed_escaped(tmp_path):
+    """Issue 60: escape codes in a symlink member's name erased the FAILED line on screen."""
+    evil = f"{TOP}/results/h/\x1b[2K\x1b[1A\x1b[2Kx\rOK\u202e"
+    path = write(tmp_path / "esc.tar.gz", [*good_members(), special(
+        evil, tarfile.SYMTYPE, "/etc/passwd\x1b[2J")])
+    shown = f"{TOP}/results/h/\\x1b[2K\\x1b[1A\\x1b[2Kx\\rOK\\u202e -> /etc/passwd\\x1b[2J"
+    assert archive.verify(path) == [f"symlink, not a regular file or folder: {shown}"]
+    done = cli("verify", str(path))
+    assert done.returncode == 1 and "FAILED (1 problems)" in done.stdout
+    assert shown in done.stdout and not any(c in done.stdout for c in "\x1b\r\u202e")
+    done = cli("extract", str(path), str(tmp_path / "dest"))
+    assert done.returncode == 1 and shown in done.stderr
+    assert not any(c in done.stderr for c in "\x1b\r\u202e"), done.stderr
+
+
+def test_a_compression_bomb_is_refused_before_it_is_inflated(tmp_path, monkeypatch):
+    """A member that inflates more than MAX_RATIO-fold past BOMB_FLOOR is refused, its
+    manifest line right or not: verify stops reading, extract writes none of it. Before,
+    a 2 MB archive of 2 GiB of zeros verified OK (13 s) and extract wrote 2.1 GiB."""
+    monkeypatch.setattr(archive, "BOMB_FLOOR", 1 << 20)
+    size = 64 << 20
+    zeros = hashlib.sha256(bytes(size)).hexdigest()
+    bomb = tmp_path / "bomb.tar.gz"
+    info = tarfile.TarInfo(f"{TOP}/results/h/bomb.json")
+    info.size = size
+    with tarfile.open(bomb, "w:gz", compresslevel=9) as tar:
+        for member, data in good_members():
+            if member.name.endswith(archive.MANIFEST):
+                tar.addfile(info, io.BufferedReader(Zeros(size)))
+                data += f"{zeros}  results/h/bomb.json\n".encode()
+                member.size = len(data)
+            tar.addfile(member, io.BytesIO(data) if data is not None else None)
+    assert bomb.stat().st_size < size / 500
+    problems = archive.verify(bomb)
+    assert len(problems) == 1 and problems[0].startswith("refused: a compression bomb: ") \
+        and f"-fold) in {TOP}/results/h/bomb.json" in problems[0], problems
+    with pytest.raises(archive.ArchiveError, match="a compression bomb"):
+        archive.extract(bomb, tmp_path / "dest")
+    assert not (tmp_path / "dest").exists() and leftovers(tmp_path, bomb) == []
+    # under the ratio it is read through, and its manifest line is right
+    monkeypatch.setattr(archive, "MAX_RATIO", 10**6)
+    assert archive.verify(bomb) == []
+
+
+def test_zeros_padded_after_the_end_are_a_bomb_too(tmp_path, monkeypatch):
+    monkeypatch.setattr(archive, "BOMB_FLOOR", 1 << 20)
+    raw = gzip.decompress(good_bytes(tmp_path)) + bytes(64 << 20)
+    path = tmp_path / "padded.tar.gz"
+    path.write_bytes(gzip.compress(raw, compresslevel=9))
+    problems = archive.verify(path)
+    assert problems and "a compression bomb" in problems[-1] \
+        and "in the padding after the last member" in problems[-1], problems

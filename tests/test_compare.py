@@ -397,3 +397,18 @@ def test_a_point_whose_every_round_was_let_go_is_refused_naming_it(tmp_path, cap
     err = _refused(capsys, a, a, tmp_path / "cmp")
     assert "every round of this point was let go (not measured)" in err
     assert "variant=read" in err
+
+
+def test_a_host_named_with_a_pipe_stays_one_column_in_summary(tmp_path):
+    """Issue 60: a result folder named ``a|b`` split summary's Markdown header in two."""
+    roots = [result_folder(tmp_path, host, speed) for host, speed in (("a|b", 1.0),
+                                                                       ("c", 2.0))]
+    compare.summary(roots, str(tmp_path / "s.md"), str(tmp_path / "s.html"))
+    lines = (tmp_path / "s.md").read_text().splitlines()
+    header = next(line for line in lines if line.startswith("| variant"))
+    assert header.endswith("| runtime | a\\|b | c |"), header
+    table = lines[lines.index(header):]
+    table = table[:next((i for i, line in enumerate(table) if not line.startswith("|")),
+                        len(table))]
+    cells = {len(line.replace("\\|", "").strip("|").split("|")) for line in table[2:]}
+    assert cells == {len(header.replace("\\|", "").strip("|").split("|"))}

@@ -150,7 +150,8 @@ def test_claims_csv_gives_back_every_field_of_every_claim(tmp_path: Path):
     frame.to_csv(tmp_path / "older.csv", index=False)
     assert [c.point_keys for c in read_claims(tmp_path / "older.csv")] == [(), ()]
     path.write_text(path.read_text().replace("reproduced", "sort of", 1))
-    with pytest.raises(ValueError, match="claims.csv line 3: verdict: 'sort of'"):
+    # the line in the file: the first claim's reason spans lines 2 and 3
+    with pytest.raises(ValueError, match="claims.csv line 4: verdict: 'sort of'"):
         read_claims(path)
 
 
@@ -435,3 +436,134 @@ def test_a_run_given_twice_is_refused_by_both_paths(sources, tmp_path: Path, cap
     (beta_copy / "run.json").write_text(json.dumps({**started, "started": 1.6e9}))
     data = gallery.gallery([str(copy), str(beta_copy)], out)
     assert data["hosts"] == ["alpha-again", "beta-copy"]
+
+
+# -- a machine's own report is shown inert ---------------------------------------------
+PLANTED = ("<!doctype html><html><head><title>planted</title>"
+           "<script>console.log('PLANTED script ran'); alert('PLANTED');"
+           "document.title = 'PLANTED';</script>"
+           "<meta http-equiv=\"refresh\" content=\"0; url=https://example.invalid/\"></head>"
+           "<body onload=\"console.log('PLANTED onload ran')\"><p>the planted report</p>"
+           "<img src=\"data:,x\" onerror=\"console.log('PLANTED onerror ran')\">"
+           "<svg><script>console.log('PLANTED svg script ran')</script></svg>"
+           "<a id=\"go\" href=\"javascript:console.log('PLANTED link ran')\">go</a>"
+           "</body></html>")
+
+
+@pytest.fixture(scope="module")
+def planted(sources: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A gallery of alpha and an archive of beta whose report.html carries a script."""
+    root = tmp_path_factory.mktemp("planted")
+    beta = shutil.copytree(sources["beta"], root / "results" / "beta")
+    (beta / "report.html").write_text(PLANTED)
+    made = archive.create(beta, root / "perfgrid-beta-planted.tar.gz")
+    out = root / "gallery"
+    gallery.gallery([sources["alpha"], str(made)], out)
+    return out
+
+
+class Tags(HTMLParser):
+    """Every start tag of a page with its attributes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+
+def test_a_report_with_a_planted_script_is_written_inert(planted: Path):
+    """Issue 60: the gallery copied each archive's report.html unchanged, so a script
+    planted in one ran on the gallery site. The page is now the gallery's own: the report
+    is the text of a sandboxed frame without allow-scripts, under a no-script policy."""
+    page = planted / "hosts" / "beta" / "report.html"
+    parser = Tags()
+    parser.feed(page.read_text())
+    names = [tag for tag, _ in parser.tags]
+    assert "script" not in names and "body" in names
+    assert not [(t, a) for t, a in parser.tags if any(k.startswith("on") for k in a)]
+    (frame,) = [a for t, a in parser.tags if t == "iframe"]
+    assert frame["sandbox"] in ("", None) and frame["srcdoc"] == PLANTED
+    (policy,) = [a["content"] for t, a in parser.tags
+                 if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"]
+    assert "default-src 'none'" in policy and "script" not in policy
+    assert 'href="hosts/beta/report.html"' in (planted / "index.html").read_text()
+
+
+@pytest.mark.browser
+def test_a_planted_script_does_not_run_in_chromium(planted: Path):
+    if CHROMIUM is None:
+        pytest.skip("chromium not installed (Debian package chromium; CI installs it)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed")
+    said: list[str] = []
+    dialogs: list[str] = []
+    requests: list[str] = []
+    shown, titles = [], []
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            context, page = watched_page(browser, 1280, said)
+            page.on("console", lambda m: said.append(m.text))
+            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+            page.on("request", lambda r: requests.append(r.url))
+            for name in ("hosts/beta/report.html", "index.html"):
+                page.goto((planted / name).as_uri(), wait_until="load")
+                if name == "index.html":  # and the gallery's link to it
+                    page.click('a[href="hosts/beta/report.html"]')
+                    page.wait_for_load_state("load")
+                page.wait_for_timeout(1500)  # the refresh and onload would have fired
+                for frame in page.frames:
+                    if frame.query_selector("#go"):
+                        shown.append(frame.inner_text("body"))
+                        frame.click("#go")
+                page.wait_for_timeout(300)
+                titles.append(page.title())
+            context.close()
+        finally:
+            browser.close()
+    assert not [s for s in said if "PLANTED" in s and "ran" in s and "Blocked" not in s
+                and "Refused" not in s], said
+    assert dialogs == []
+    assert titles == ["perfgrid gallery: beta's own report"] * 2
+    assert len(shown) == 2 and all("the planted report" in text for text in shown), shown
+    assert [u for u in requests if not u.startswith(("file://", "data:", "about:"))] == []
+
+
+# -- claims.csv read right or refused by line ---------------------------------------------
+def written_claims(tmp_path: Path) -> Path:
+    path = tmp_path / "claims.csv"
+    write_claims(pd.DataFrame([claim(name, *facts).as_row()
+                               for name, facts in CLAIMS["alpha"].items()]), path)
+    return path
+
+
+def test_a_claims_csv_with_a_byte_order_mark_is_read(tmp_path: Path):
+    """Issue 60: a spreadsheet's BOM made it 'missing column experiment'."""
+    path = written_claims(tmp_path)
+    expected = read_claims(path)
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert [same_row(c.as_row()) for c in read_claims(path)] == [
+        same_row(c.as_row()) for c in expected]
+
+
+@pytest.mark.parametrize("cut", ["last fields cut", "a middle row cut", "a field too many"])
+def test_a_truncated_claims_csv_is_refused_naming_the_line(tmp_path: Path, cut: str):
+    """Issue 60: a claims.csv cut short was read with the missing fields empty."""
+    path = written_claims(tmp_path)
+    lines = path.read_text().splitlines(keepends=True)
+    fields = len(lines[0].split(","))
+    if cut == "last fields cut":
+        path.write_text("".join(lines[:-1]) + lines[-1].rsplit(",", 3)[0])
+        line, given = 4, fields - 3
+    elif cut == "a middle row cut":
+        lines[2] = lines[2].rsplit(",", 1)[0] + "\n"
+        path.write_text("".join(lines))
+        line, given = 3, fields - 1
+    else:
+        lines[1] = lines[1].rstrip("\n") + ",extra\n"
+        path.write_text("".join(lines))
+        line, given = 2, fields + 1
+    with pytest.raises(ValueError, match=re.escape(
+            f"{path} line {line}: {given} fields where the header has {fields}")):
+        read_claims(path)

@@ -15,6 +15,15 @@ the bytes of every member, and the crate's ``sha256`` and ``contentSize`` of eve
 against the file (the crate lists every file but itself and the manifest, which hashes
 it). An archive made before the crate has none and is checked on its manifest alone.
 The archive's own SHA-256 goes beside it (``<archive>.sha256``, as ``sha256sum`` writes).
+
+The manifest and the crate travel inside the archive: whoever rewrites the data can
+rewrite them too. So where ``<archive>.sha256`` stands beside the archive, the bytes read
+are hashed as they are checked and must match it, or the archive is refused; without it
+the two checks show only that the archive agrees with itself (``perfgrid verify`` says so
+and prints the digest, to compare with the one published).
+
+Every problem names members as :func:`printable` shows them: a name holding terminal
+escape codes or line breaks cannot rewrite what is printed around it.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ import tempfile
 import time
 import zlib
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
@@ -139,15 +149,26 @@ def installed_packages() -> str:
 
 
 class _Hashing:
-    """A file as tarfile copies it, hashed on the way: the manifest states the bytes archived."""
+    """A file as tarfile reads it, hashed on the way: the manifest states the bytes archived,
+    and verify checks the archive's digest of the very bytes it checked. A seek (tarfile
+    never makes one reading a .tar.gz front to back) marks the digest as not sequential."""
 
     def __init__(self, handle: IO[bytes]) -> None:
-        self.handle, self.digest = handle, hashlib.sha256()
+        self.handle, self.digest, self.sequential = handle, hashlib.sha256(), True
+        self.count = 0  # bytes read: how much of a .tar.gz a member was inflated from
 
     def read(self, size: int = -1) -> bytes:
         data = self.handle.read(size)
         self.digest.update(data)
+        self.count += len(data)
         return data
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        self.sequential = False
+        return self.handle.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.handle.tell()
 
 
 def _add_file(tar: tarfile.TarFile, path: Path, arcname: str) -> tuple[str, int]:
@@ -186,6 +207,32 @@ def file_sha256(path: Path) -> str:
 def sidecar(archive: Path) -> Path:
     """``<archive>.sha256``: the archive's SHA-256 in ``sha256sum`` format, to quote."""
     return archive.with_name(f"{archive.name}.sha256")
+
+
+def printable(text: str) -> str:
+    """``text`` with every character a terminal acts on or hides (control and format
+    characters, line breaks, undecodable bytes) written as its escape (``\\x1b``,
+    ``\\u202e``): an archive member's name is shown, never obeyed."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
+def sealed_digest(archive: Path) -> str | None:
+    """The SHA-256 that ``<archive>.sha256`` states (the first word of its one line, as
+    ``sha256sum`` writes it), or None where there is no such file; ValueError where it is
+    unreadable or not a SHA-256. The name after the digest is not compared: a renamed pair
+    is still one archive and its digest."""
+    path = sidecar(archive)
+    if not path.exists():
+        return None
+    try:
+        words = path.read_text().split()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path.name}: unreadable ({err})") from None
+    digest = words[0].lower() if words else ""
+    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise ValueError(f"{path.name}: not a sha256sum line (64 hex digits, then the "
+                         f"archive's name)")
+    return digest
 
 
 def create(results_root: Path, output: Path) -> Path:
@@ -245,7 +292,7 @@ def create(results_root: Path, output: Path) -> Path:
         tmp.unlink(missing_ok=True)
     write_text(sidecar(output), f"{digest}  {output.name}\n")
     for item in left_out:
-        print(f"archive: left out {item}")
+        print(f"archive: left out {printable(item)}")
     return output
 
 
@@ -258,7 +305,12 @@ class _Refused(Exception):
 
 
 #: what a walk accepts before it stops: an archive is refused rather than read past these
-MAX_BYTES = 32 << 30  # total size of the regular files (a compressed bomb ends here)
+MAX_BYTES = 32 << 30  # total size of the regular files
+#: a compression bomb ends here: past BOMB_FLOOR bytes of one member (or of the padding
+#: after the last), more than MAX_RATIO bytes out per byte of .tar.gz read is refused.
+#: Results, logs and tables compress 3 to 20-fold; gzip's limit is about 1030-fold
+MAX_RATIO = 200
+BOMB_FLOOR = 64 << 20
 MAX_MEMBERS = 200_000  # tarfile keeps one header object per member in memory
 MAX_MANIFEST = 64 << 20  # the manifest and the crate are the members read whole
 MAX_HEADER = 1 << 20  # pax and GNU long-name headers, which tarfile reads whole
@@ -310,6 +362,19 @@ def _parse_manifest(data: bytes) -> tuple[dict[str, str], list[str]]:
     return manifest, problems
 
 
+def _inflated(chunks: Iterable[bytes], source: _Hashing, what: str) -> Iterator[bytes]:
+    """``chunks`` as they come, refused (:data:`MAX_RATIO`) once they outgrow the .tar.gz
+    bytes read for them so far that they can only be a compression bomb: it is neither
+    inflated in full nor written to disk."""
+    start, out = source.count, 0
+    for chunk in chunks:
+        out += len(chunk)
+        if out > BOMB_FLOOR and out > MAX_RATIO * (source.count - start):
+            raise _Refused(f"a compression bomb: {out} bytes from {source.count - start} of "
+                           f"the .tar.gz (over {MAX_RATIO}-fold) in {what}")
+        yield chunk
+
+
 def _hashed(handle: IO[bytes], digest: Any, keep: list[bytes] | None) -> Iterator[bytes]:
     """A member's data in chunks, hashed on the way: never held whole (a bomb stays small)."""
     while chunk := handle.read(CHUNK):
@@ -333,8 +398,10 @@ def _write(path: Path, chunks: Iterable[bytes], member: tarfile.TarInfo) -> None
         raise _Refused(f"cannot write {path}: {err}") from err
 
 
-def _walk(archive: Path, into: Path | None = None) -> tuple[list[str], str | None]:
-    """Check every member of ``archive`` in one streaming pass; the problems and the top folder.
+def _walk(source: _Hashing, archive: Path,
+          into: Path | None = None) -> tuple[list[str], str | None]:
+    """Check every member of ``archive`` (read from ``source``) in one streaming pass; the
+    problems and the top folder.
 
     The one check behind both ``verify`` and ``extract``, so that they cannot disagree:
     only regular files and folders, safe names, one top folder, no duplicates, every
@@ -354,7 +421,8 @@ def _walk(archive: Path, into: Path | None = None) -> tuple[list[str], str | Non
     times: list[tuple[Path, int, float]] = []  # folders: set last, writing files changes them
     total = members = 0
     try:
-        with tarfile.open(archive, "r:gz", tarinfo=_BoundedTarInfo) as tar:
+        with tarfile.open(str(archive), "r:gz", source,  # type: ignore[arg-type]
+                          tarinfo=_BoundedTarInfo) as tar:
             while (member := tar.next()) is not None:
                 members += 1
                 if members > MAX_MEMBERS:
@@ -414,7 +482,8 @@ def _walk(archive: Path, into: Path | None = None) -> tuple[list[str], str | Non
                 assert handle is not None  # a regular file always has a reader
                 digest = hashlib.sha256()
                 kept: list[bytes] = []
-                stream = _hashed(handle, digest, kept if whole else None)
+                stream = _inflated(_hashed(handle, digest, kept if whole else None), source,
+                                   member.name)
                 if into is None:
                     for _ in stream:
                         pass
@@ -430,7 +499,8 @@ def _walk(archive: Path, into: Path | None = None) -> tuple[list[str], str | Non
                         crate_data = b"".join(kept)
             # the rest of the stream: the gzip checksum, and nothing hidden after the end
             tail = 0
-            while chunk := tar.fileobj.read(CHUNK):
+            rest = iter(lambda: tar.fileobj.read(CHUNK), b"")
+            for chunk in _inflated(rest, source, "the padding after the last member"):
                 tail += len(chunk)
                 if chunk.strip(b"\0"):
                     raise _Refused("data after the end of the archive")
@@ -463,14 +533,50 @@ def _walk(archive: Path, into: Path | None = None) -> tuple[list[str], str | Non
     return problems, top
 
 
+@dataclass(frozen=True)
+class Checked:
+    """What checking an archive found: its ``problems`` (empty: intact, each
+    :func:`printable`), its top folder, the SHA-256 of the bytes checked (empty where the
+    file could not be opened) and the one its ``.sha256`` states (None: no such file)."""
+
+    problems: list[str]
+    top: str | None
+    digest: str
+    sealed: str | None
+
+
+def _check(archive: Path, into: Path | None = None) -> Checked:
+    """:func:`_walk` over the archive's bytes, hashed as they are read, then that digest
+    against ``<archive>.sha256`` where it exists: its problem comes first."""
+    try:
+        with open(archive, "rb") as handle:
+            reader = _Hashing(handle)
+            problems, top = _walk(reader, archive, into)
+            while reader.read(CHUNK):  # the bytes after a refusal: the digest is of the file
+                pass
+            digest = reader.digest.hexdigest() if reader.sequential else file_sha256(archive)
+    except OSError as err:  # opening it, or reading past where the walk stopped
+        return Checked([printable(f"not a readable .tar.gz: {err}")], None, "", None)
+    seal: list[str] = []
+    try:
+        sealed = sealed_digest(archive)
+    except ValueError as err:
+        sealed, seal = None, [str(err)]
+    if sealed is not None and sealed != digest:
+        seal = [f"sha256 {digest} is not the {sealed} that {sidecar(archive).name} states: "
+                f"not the archive published with it (altered, its data and checksums "
+                f"perhaps rewritten together)"]
+    return Checked([printable(p) for p in [*seal, *problems]], top, digest, sealed)
+
+
 def verify(archive: Path) -> list[str]:
-    """Problems found checking ``archive`` against its manifest and its RO-Crate (empty:
-    intact).
+    """Problems found checking ``archive`` against its ``.sha256`` (where it has one), its
+    manifest and its RO-Crate (empty: intact).
 
     Exactly what ``extract`` checks, so an archive that verifies extracts to the
     data its manifest names, and one that does not is refused by both.
     """
-    return _walk(Path(archive))[0]
+    return _check(Path(archive)).problems
 
 
 def extract(archive: Path, target: Path) -> Path:
@@ -487,7 +593,8 @@ def extract(archive: Path, target: Path) -> Path:
     beside.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.extract-", dir=beside))
     try:
-        problems, top = _walk(archive, tmp)
+        checked = _check(archive, tmp)
+        problems, top = checked.problems, checked.top
         if problems or top is None:
             more = f" (and {len(problems) - 1} more; see perfgrid verify)" \
                 if len(problems) > 1 else ""
@@ -504,17 +611,38 @@ def extract(archive: Path, target: Path) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def seal_words(archive: Path, checked: Checked) -> str:
+    """What the archive's digest vouches for, in words, for ``perfgrid verify`` to print
+    (a digest unlike the ``.sha256``'s is the first problem, with both digests)."""
+    name = printable(sidecar(archive).name)
+    if not checked.digest:
+        return "sha256: none (the file could not be read)"
+    if checked.sealed == checked.digest:
+        return (f"sha256 {checked.digest}: as {name} states, so the archive published with "
+                f"it")
+    if checked.problems:  # failed on its own: what a .sha256 could add is beside the point
+        return f"sha256 {checked.digest}"
+    return (f"sha256 {checked.digest}: no {name} beside it, so only internal checksums "
+            f"were checked; they travel inside the archive and cannot vouch against data "
+            f"and checksums rewritten together: compare this digest with the one published "
+            f"with the archive")
+
+
 def main_verify(paths: Iterable[str]) -> int:
     status = 0
     for path in paths:
         started = time.perf_counter()
-        problems = verify(Path(path))
+        checked = _check(Path(path))
         elapsed = time.perf_counter() - started
-        if problems:
+        shown = printable(path)
+        if checked.problems:
             status = 1
-            print(f"{path}: FAILED ({len(problems)} problems)")
-            for problem in problems[:50]:
+            print(f"{shown}: FAILED ({len(checked.problems)} problems)")
+            if checked.sealed in (None, checked.digest):  # else the first problem says it
+                print(f"  {seal_words(Path(path), checked)}")
+            for problem in checked.problems[:50]:
                 print(f"  {problem}")
         else:
-            print(f"{path}: OK ({elapsed:.1f} s)")
+            print(f"{shown}: OK ({elapsed:.1f} s)")
+            print(f"  {seal_words(Path(path), checked)}")
     return status

@@ -391,7 +391,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         args.func(args)
     except (ValueError, OSError, json.JSONDecodeError) as err:
-        print(f"perfgrid {args.command}: {err}", file=sys.stderr)
+        from perfgrid.archive import printable  # a name in the message is shown, not obeyed
+
+        print(f"perfgrid {args.command}: {printable(str(err))}", file=sys.stderr)
         raise SystemExit(1) from err
 
 

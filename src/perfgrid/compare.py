@@ -40,8 +40,9 @@ from perfgrid.report.pages import html_page
 def resolve(source: str, scratch: Path) -> Path:
     """A result folder (``results/<host>``) from a folder or an archive.
 
-    An archive is read only through ``archive.extract``, which checks every member
-    against the manifest first: one that fails ``perfgrid verify`` is refused here.
+    An archive is read only through ``archive.extract``, which checks it against its
+    ``.sha256`` and every member against the manifest first: one that fails
+    ``perfgrid verify`` is refused here.
     """
     path = Path(source)
     if path.is_file() and path.name.endswith(".tar.gz"):

@@ -11,7 +11,9 @@ folders or archives, each archive verified first) and writes into ``DIR``:
 - ``experiment-<name>.html``: the rate by the experiment's main axis with the machines
   overlaid, every grid point with each machine's rate (``missing`` where a machine did
   not measure it), and each machine's difference from the first (compare's statistics);
-- ``hosts/<host>/report.html``: each machine's own report;
+- ``hosts/<host>/report.html``: each machine's own report, served inert (the HTML a
+  result set or archive holds is not this perfgrid's: it is the text of a sandboxed
+  frame without scripts, under a content security policy, :data:`REPORT_POLICY`);
 - ``matrix.csv`` and ``pooled.csv``: the same figures, machine-readable; ``gallery.json``.
 
 The pooled estimate is a random-effects meta-analysis on the log scale
@@ -30,7 +32,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -58,6 +59,10 @@ MARKER = "gallery.json"
 #: a cell's CSS class by verdict (the report's colours); "missing": not on that machine
 CSS = {"reproduced": "reproduced", "not reproduced": "not", "at the threshold": "at",
        "inconclusive": "inconclusive", "missing": "missing"}
+#: the policy of the page that shows a machine's own report: the report's inline styles
+#: and embedded (data:) images, no script, nothing from elsewhere, no frame but its srcdoc
+REPORT_POLICY = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
+                 "frame-src 'none'; form-action 'none'; base-uri 'none'")
 #: the gallery's own CSS, after the report's: phone-sized windows, scrolling tables
 GALLERY_CSS = """nav a{margin-right:1em}.scroll{overflow-x:auto;max-width:100%}
 td.missing{background:#eee;color:#555;font-style:italic}td.cell{white-space:nowrap}
@@ -672,9 +677,11 @@ def write(data: dict[str, Any], out_dir: Path) -> None:
     for m in machines:
         src = Layout(m.root).report_html
         if src.is_file():
-            target = out_dir / "hosts" / m.label / "report.html"
-            with atomic_path(target) as tmp:
-                shutil.copyfile(src, tmp)
+            # never republished as live HTML: a script planted in it would run on the site
+            write_text(out_dir / "hosts" / m.label / "report.html", html_page(
+                "gallery_report.html.j2", label=m.label, source=m.source,
+                policy=REPORT_POLICY, report=src.read_text(errors="replace"),
+                title=f"perfgrid gallery: {m.label}'s own report"))
             reports[m.label] = f"hosts/{quote(m.label, safe='')}/report.html"
     common = {"gallery_css": GALLERY_CSS, "hosts": hosts, "reports": reports,
               "facts": data["facts"], "experiments": [s["name"] for s in data["sections"]],

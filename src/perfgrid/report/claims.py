@@ -60,23 +60,40 @@ def write_claims(claims: pd.DataFrame, path: Path) -> None:
 
 def read_claims(path: Path) -> list[Claim]:
     """The claims of a ``claims.csv`` (:func:`write_claims`); ValueError naming the file
-    and the row where a column is missing or a verdict or number is not one."""
+    and the row where a column is missing or a verdict or number is not one.
+
+    A UTF-8 byte order mark (a spreadsheet's save) is read past. A row with fewer or
+    more fields than the header (a file cut short, a stray comma) is refused, naming its
+    line: a claim missing its last fields would otherwise be read with them empty."""
     import csv
 
+    rows: list[tuple[int, dict[str, str]]] = []
+    reader = None
     try:
-        with open(path, newline="") as handle:
-            reader = csv.DictReader(handle)
-            missing = [c for c in CLAIM_FIELDS if c not in (reader.fieldnames or [])
+        with open(path, newline="", encoding="utf-8-sig") as handle:
+            reader = csv.DictReader(handle, strict=True)
+            header = reader.fieldnames or []
+            missing = [c for c in CLAIM_FIELDS if c not in header
                        and c not in OPTIONAL_CLAIM_FIELDS]
             if missing:
                 raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
-            rows = list(reader)
+            start = reader.line_num + 1  # a row's first line: a quoted field may span more
+            for row in reader:
+                extra, short = row.pop(None, []), sum(v is None for v in row.values())
+                if extra or short:
+                    given = len(header) + len(extra) - short
+                    raise ValueError(f"{path} line {start}: {given} fields where the header "
+                                     f"has {len(header)} (a row cut short or run on: the "
+                                     f"file truncated or edited?)")
+                rows.append((start, row))
+                start = reader.line_num + 1
     except (UnicodeDecodeError, csv.Error) as err:
-        raise ValueError(f"{path}: not a readable claims table ({err})") from None
+        where = f" line {reader.line_num}" if reader is not None and reader.line_num else ""
+        raise ValueError(f"{path}{where}: not a readable claims table ({err})") from None
     numbers = ("value", "ci_low", "ci_high", "threshold", "level", "eq_low", "eq_high", "tau",
                "margin", "se", "df", "p_differ", "runs_needed", "run_started")
     claims = []
-    for number, row in enumerate(rows, 2):
+    for number, row in rows:
         try:
             fields = {k: (float(row[k]) if row.get(k) else float("nan")) if k in numbers
                       else row.get(k) or "" for k in CLAIM_FIELDS}

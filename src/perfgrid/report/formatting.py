@@ -42,11 +42,12 @@ def with_human_rates(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def md_table(frame: pd.DataFrame) -> str:
-    """A GitHub-flavoured Markdown table."""
+    """A GitHub-flavoured Markdown table; header cells escaped as the others are (a column
+    may be a host folder's name: ``a|b`` stays one column)."""
     if frame.empty:
         return "_(no rows)_\n"
     cols = list(frame.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines = ["| " + " | ".join(_fmt(str(c)) for c in cols) + " |", "|" + "---|" * len(cols)]
     for _, row in frame.iterrows():
         lines.append("| " + " | ".join(_fmt(row[c]) for c in cols) + " |")
     return "\n".join(lines) + "\n"
