@@ -18,12 +18,13 @@ from perfgrid import aa, archive, betweenrun, claimrow, cli
 from perfgrid.analysis import Claim
 from perfgrid.report.claims import write_claims
 
+from helpers import fixed_tau
 from synthetic import result_folder
 
 S = 0.05  # each claim's standard error on the log scale, unless a test says otherwise
 
 
-PAIR_TAU = betweenrun.pair_tau  # the provisional one, before a test replaces it
+PAIR_TAU = betweenrun.pair_tau  # rows without a machine kind: the smaller own tau
 
 
 @pytest.fixture(autouse=True)
@@ -57,8 +58,9 @@ def t_row(n: int, value: float, s: float, tau: float = 0.0, share: bool = False,
         low, high = (float(expit(logit(value) + k * side / (1 - value))) for k in (-1, 1))
     else:
         low, high = value * math.exp(-side), value * math.exp(side)
+    # an older table has no scale column (read as empty)
     return {**row(n, value=value, s=0), "ci_low": low, "ci_high": high, "tau": tau,
-            "basis": basis, "kind": "seed", **fields}
+            "basis": basis, "kind": "seed", "scale": "", **fields}
 
 
 def frame(*rows: dict) -> pd.DataFrame:
@@ -234,7 +236,7 @@ def test_rows_the_report_writes_give_back_their_within_run_error(monkeypatch, sh
     run's within-run standard error back exactly, on the claim's scale."""
     from perfgrid import analysis, stats
 
-    monkeypatch.setattr(betweenrun, "tau", lambda *claim: 0.15)
+    fixed_tau(monkeypatch, 0.15)
     rows, errors = [], []
     for n, logs in enumerate(([0.80, 0.86, 0.90], [0.82, 0.83, 0.88])):
         est = stats.paired(0.85 - n / 100, dict(enumerate(np.log(logs))))

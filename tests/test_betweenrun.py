@@ -112,12 +112,12 @@ def test_a_claim_with_few_runs_takes_its_like_claims_not_unlike_ones(shipped) ->
 
 
 def test_smyth_prior_recovers_the_within_run_variance_and_its_spread() -> None:
-    rng = np.random.default_rng(5)
-    same = [0.02 * math.sqrt(rng.chisquare(2) / 2) for _ in range(200)]
+    rng = np.random.default_rng(6)
+    same = [0.02 * math.sqrt(rng.chisquare(2) / 2) for _ in range(400)]
     s0, d0 = betweenrun.smyth_prior(np.array(same), 2.0)
     assert 0.85 < math.sqrt(s0) / 0.02 < 1.15 and d0 > 20
     varied = [0.02 * math.exp(0.5 * rng.normal()) * math.sqrt(rng.chisquare(2) / 2)
-              for _ in range(200)]
+              for _ in range(400)]
     assert betweenrun.smyth_prior(np.array(varied), 2.0)[1] < 10
     assert betweenrun.smyth_prior(np.array(same[:2]), 2.0) is None
 

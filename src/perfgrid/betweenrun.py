@@ -412,14 +412,16 @@ def pair_tau(row_a: Any, row_b: Any) -> float:
     rows name no kind, the smaller of the two rows' own ``tau``."""
     def get(row: Any, key: str) -> Any:
         value = row.get(key) if hasattr(row, "get") else None
-        return None if value is None or (isinstance(value, float) and math.isnan(value)) \
-            else value
+        missing = value is None or value == "" or (isinstance(value, float)
+                                                   and math.isnan(value))
+        return None if missing else value
 
     kind, design = get(row_a, "machine_kind"), get(row_a, "design")
     if kind is None or design is None or kind != get(row_b, "machine_kind") or (
             design != get(row_b, "design")):
-        taus = [float(t) for t in (get(row_a, "tau"), get(row_b, "tau")) if t is not None]
-        return min(taus) if taus else 0.0
+        from perfgrid.claimrow import tau_on_scale
+
+        return min(tau_on_scale(row_a), tau_on_scale(row_b))
     starts = [float(s) for s in (get(row_a, "run_started"), get(row_b, "run_started"))
               if s is not None]
     outer = current()
