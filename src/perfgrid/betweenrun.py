@@ -134,10 +134,9 @@ def judging(run: Judging) -> Iterator[Judging]:
 
 def run_of(root: Path) -> Judging:
     """The run of a result folder (``results/<host>``): its machine kind (machine.json),
-    design (plan.json), start (run.json), identity (perfgrid.recording.run_id) and the
-    user's records beside it (``results/records.csv``)."""
+    design (plan.json), start (run.json; records of the run itself started no earlier, so
+    never count) and the user's records beside it (``results/records.csv``)."""
     from perfgrid import plan as plan_module
-    from perfgrid import recording
     from perfgrid.paths import Layout
 
     layout = Layout(Path(root))
@@ -147,8 +146,7 @@ def run_of(root: Path) -> Judging:
     started = (json.loads(layout.run_record.read_text()).get("started")
                if layout.run_record.is_file() else None)
     return Judging(kind=machine_kind(machine) if machine else None, design=design,
-                   started=started, run_id=recording.run_id(layout.root),
-                   boot_id=machine.get("boot_id"),
+                   started=started, boot_id=machine.get("boot_id"),
                    records=(str(Path(root).resolve().parent / USER_RECORDS),))
 
 
