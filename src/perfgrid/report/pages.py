@@ -98,6 +98,7 @@ def view(data: dict[str, Any]) -> dict[str, Any]:
         sections.append({**sec, "problems": problems, "tables": sec.get("tables", []),
                          "grid": [(k, ", ".join(map(str, v))) for k, v in sec["grid"].items()]})
     claims = data["claims"][CLAIM_COLUMNS]
+    readings = readings_table(data["claims"])
     verdict_css = {"reproduced": "reproduced", "not reproduced": "not", "at the threshold": "at"}
     prov = data["provenance"]
     return {
@@ -107,7 +108,7 @@ def view(data: dict[str, Any]) -> dict[str, Any]:
                          + f"Verdicts: {verdict_counts(data['claims'])}. "
                          f"{verdict_text(data['claims'])}"),
         "claims_figure": data.get("claims_figure"),
-        "claims": claims, "claim_columns": CLAIM_COLUMNS,
+        "claims": claims, "claim_columns": CLAIM_COLUMNS, "readings": readings,
         "claim_rows": [{**{k: str(v) for k, v in row.items()},
                         "css": verdict_css.get(row["verdict"], "inconclusive")}
                        for row in claims.to_dict("records")],
@@ -118,6 +119,34 @@ def view(data: dict[str, Any]) -> dict[str, Any]:
         "config": prov["config"],
         "machine_json": json.dumps(data["machine"], indent=2),
     }
+
+
+def readings_table(claims: pd.DataFrame) -> pd.DataFrame:
+    """The claims section's lead: each claim's reading, its interval, the chance another run
+    on this machine kind reads it differently (marked near a boundary at
+    perfgrid.readings.NEAR) and the runs that pooled would decide it (perfgrid.readings)."""
+    def chance(row: pd.Series) -> str:
+        p = row.get("p_differ")
+        if not isinstance(p, float) or p != p:
+            return ""
+        return f"{p:.2f}" + (" (near a boundary)" if row.get("near_boundary") == "yes" else "")
+
+    def runs(row: pd.Series) -> str:
+        n = row.get("runs_needed")
+        if isinstance(n, float) and n == n:
+            return f"{int(n)}"
+        return "" if row.get("p_differ") != row.get("p_differ") else "over 100"
+
+    if claims.empty:
+        return pd.DataFrame(columns=["claim", "reading", "interval", "p_differ", "runs needed"])
+    return pd.DataFrame({
+        "claim": [f"{r['experiment']} [{r['runtime']}] {r['hypothesis']}"
+                  + (" (sanity)" if r.get("kind") == "sanity" else "")
+                  for _, r in claims.iterrows()],
+        "reading": claims["verdict"],
+        "interval": claims["measured"].map(lambda m: str(m).split(" (")[0]),
+        "p_differ": [chance(r) for _, r in claims.iterrows()],
+        "runs needed": [runs(r) for _, r in claims.iterrows()]})
 
 
 def _html_table(frame: pd.DataFrame) -> Markup:
