@@ -16,24 +16,38 @@ from helpers import copy_workflow, in_ci, run
 #: (test id, reason) of every test skipped in this session
 _SKIPPED: list[tuple[str, str]] = []
 
-#: fixtures that run Snakemake (``tree`` here and in tests/test_slurm.py, ``quick`` in
-#: tests/test_quick_config.py, ``without_tools`` in tests/test_reliability.py): a test that
-#: uses one, even through another fixture, runs it (tests/test_markers.py finds every such
-#: fixture and checks it is named here)
-RUNS_SNAKEMAKE = frozenset({"tree", "quick", "without_tools"})
+#: fixtures that run Snakemake (``tree`` here and in tests/test_slurm.py, ``quick`` and
+#: ``summary`` in tests/test_quick_config.py, ``without_tools`` in
+#: tests/test_reliability.py): a test that uses one, even through another fixture, runs it
+#: (tests/test_markers.py finds every such fixture and checks it is named here)
+RUNS_SNAKEMAKE = frozenset({"tree", "quick", "summary", "without_tools"})
 #: one set under two names: ``-m "not pipeline"`` and ``-m "not snakemake"`` leave out the same
 PIPELINE_MARKERS = ("pipeline", "snakemake")
+#: the modules whose tests measure (run the harness, a load, perf or the noise profile) or
+#: load the machine on purpose (tests/test_reliability.py's hogs): with every test that runs
+#: Snakemake (its benchmark jobs measure), they are marked ``serial``; ``make test`` runs
+#: them first, alone, and the rest after them in parallel (pytest-xdist), so nothing runs
+#: beside a test that measures
+MEASURING_MODULES = frozenset({
+    "test_adaptive", "test_counters", "test_erlang", "test_file_read", "test_http",
+    "test_noiseprofile", "test_openloop", "test_quiet", "test_reliability", "test_ring",
+    "test_spawn", "test_syscall", "test_timers"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that runs Snakemake carries ``pipeline`` and ``snakemake``: marked with either
-    (module or test), or using a fixture of :data:`RUNS_SNAKEMAKE`."""
+    (module or test), or using a fixture of :data:`RUNS_SNAKEMAKE`. Those, and the tests of
+    :data:`MEASURING_MODULES`, carry ``serial``."""
     for item in items:
         if (RUNS_SNAKEMAKE.intersection(getattr(item, "fixturenames", ()))
                 or any(item.get_closest_marker(name) for name in PIPELINE_MARKERS)):
             for name in PIPELINE_MARKERS:
                 if item.get_closest_marker(name) is None:
                     item.add_marker(name)
+        if item.get_closest_marker("serial") is None and (
+                item.get_closest_marker("pipeline") is not None
+                or Path(str(item.path)).stem in MEASURING_MODULES):
+            item.add_marker("serial")
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -112,6 +112,18 @@ def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
     return bool(condition())
 
 
+def cpu_seconds(procs: list[psutil.Process]) -> float:
+    """The CPU time (user and sys, reaped children included) ``procs`` have used, those
+    gone counting none: what a test polls for to know that processes are past their
+    start-up and at work, on a machine however slow, rather than sleeping a while."""
+    total = 0.0
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            times = proc.cpu_times()
+            total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
 def live(pids: list[int]) -> list[int]:
     """The ``pids`` that are still running (zombies count as gone)."""
     alive = []

@@ -217,7 +217,8 @@ def test_a_real_counting_pass_through_the_harness(tmp_path):
     counted_s = row["task_clock_ns_per_unit"] * row["counters_units"] / 1e9
     assert counted_s / row["counters_loops_s"] == pytest.approx(row["cpus_utilized"], rel=0.01)
     assert 0 < row["cpus_utilized"] <= 1.5
-    assert row["ctx_switches_per_unit"] >= 0 and row["page_faults_per_unit"] >= 0
+    # a few switches and faults over 20,000 calls, per call (undivided: whole counts)
+    assert 0 <= row["ctx_switches_per_unit"] < 0.01 and 0 <= row["page_faults_per_unit"] < 0.01
     for event, (column, _) in counters.EVENTS.items():  # counted, or named as not counted
         assert column in row or event in row["counters_unsupported"]
     # as root (CI) perf counts the syscall tracepoint: each os.getuid() enters the kernel

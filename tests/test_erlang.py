@@ -86,7 +86,10 @@ def test_ring_program_passes_every_message(beams):
     report = run("pg_ring", {"rings": 3, "size": 4, "rounds": 5}, beams, "single")
     assert report["messages"] == 3 * 4 * 5
     assert report["schedulers"] == 1 and report["seconds"] > 0
-    assert report["user_s"] >= 0 and report["ctx_voluntary"] >= 0
+    # the VM's own usage, read from /proc (zeros where it could not be read): booting
+    # alone takes CPU time, and its threads wait on each other
+    assert report["user_s"] + report["sys_s"] > 0
+    assert report["ctx_voluntary"] + report["ctx_involuntary"] > 0
 
 
 @pytest.mark.parametrize("bind,sbt", [("none", "u"), ("compact", "db"), ("spread", "ts")])

@@ -24,7 +24,7 @@ import pytest
 
 from perfgrid import jobs, lifetime
 
-from helpers import REPO, need, still_alive_after, wait_for
+from helpers import REPO, cpu_seconds, need, still_alive_after, wait_for
 
 SRC = REPO / "src" / "perfgrid"
 GONE_WITHIN_S = 10.0
@@ -287,7 +287,15 @@ def test_killed_manager_takes_its_pyperf_worker_with_it(tmp_path):
                 # the point manager starts a batch (a pyperf manager), which starts workers
                 family = psutil.Process(manager.pid).children(recursive=True)
                 workers = [p for p in family if "--worker" in p.cmdline()]
-        time.sleep(1.0)  # past its prctl, measuring
+        # past its prctl (set as it parses its arguments), measuring: a worker with a
+        # second of CPU time of its own (importing takes a fraction of one)
+        def measuring() -> bool:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                return any(cpu_seconds([p]) >= 1.0 and "--worker" in p.cmdline()
+                           for p in psutil.Process(manager.pid).children(recursive=True))
+            return False
+
+        assert wait_for(measuring, 60), "no worker measured"
         assert manager.poll() is None, "the job ended before it could be killed"
         family = psutil.Process(manager.pid).children(recursive=True)
         manager.kill()

@@ -150,3 +150,20 @@ def test_every_test_that_opens_chromium_is_marked_browser(collected):
     assert {n.split("::")[0] for n in opening} >= {"tests/test_report_browser.py",
                                                    "tests/test_gallery.py"}
     assert sorted(n for n in opening if "browser" not in collected[n]["markers"]) == []
+
+
+def test_every_test_that_runs_snakemake_or_measures_runs_alone(collected):
+    """``serial`` (``make test`` runs those first, nothing beside them) on every test that
+    runs Snakemake and on every test of a measuring module (tests/conftest.py)."""
+    from conftest import MEASURING_MODULES
+
+    modules = {nodeid.split("::")[0].removeprefix("tests/").removesuffix(".py")
+               for nodeid in collected}
+    assert modules >= MEASURING_MODULES  # each still exists
+    should = [nodeid for nodeid, row in collected.items()
+              if row["snakemake"] or "pipeline" in row["markers"]
+              or nodeid.split("::")[0].removeprefix("tests/").removesuffix(".py")
+              in MEASURING_MODULES]
+    assert [n for n in should if "serial" not in collected[n]["markers"]] == []
+    assert "tests/test_end_to_end.py::test_make_bench_measures_every_fact_and_prints_it_" \
+           "beside_its_target" in {n for n, row in collected.items() if "serial" in row["markers"]}

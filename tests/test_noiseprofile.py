@@ -308,7 +308,8 @@ def test_a_real_profile_of_two_blocks_of_the_syscall_pair_writes_valid_json(tmp_
             assert len(record[key]["rates"]) == 3 and min(record[key]["rates"]) > 0
             assert record[key]["seconds"] > record[key]["value_seconds"] > 0
     for key in ("a_stats", "b_stats"):
-        assert pair[key]["processes"] == 2 and pair[key]["within_cv"] >= 0
+        # three timed values of a getuid loop differ, by well under their mean
+        assert pair[key]["processes"] == 2 and 0 < pair[key]["within_cv"] < 1
         assert pair[key]["process_seconds"] > 0
     assert pair["paired_sd"] is not None and pair["ratio"] > 0
     assert isinstance(pair["blocks_needed_paired"], int)

@@ -3,9 +3,10 @@ counter columns and compiled programs, then the user commands on its real output
 
 from __future__ import annotations
 
-import base64
+import csv
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -17,12 +18,11 @@ import yaml
 from test_compare import rounds_folder
 
 from perfgrid import counters, experiments, jobs, ledger
-from perfgrid.analysis import VERDICTS
-from perfgrid.ledger import KINDS
 from perfgrid.paths import Layout
 from perfgrid.report.claims import read_claims
 
 from helpers import SNAKEMAKE, copy_workflow
+from verdicts import judged, problems
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.snakemake]
 
@@ -62,33 +62,98 @@ def layout(root: Path) -> Layout:
     return Layout(root / "results" / HOST)
 
 
-def rule_that_wrote(root: Path, output: Path) -> str:
-    """The rule Snakemake recorded for ``output`` (its .snakemake/metadata record)."""
+@pytest.fixture(scope="module")
+def summary(quick: Path) -> dict[str, dict[str, str]]:
+    """``snakemake --summary`` of the run, by output file: the rule that wrote it, its
+    status and what a rerun would do (Snakemake's own account, not its private records)."""
+    done = subprocess.run([*SNAKEMAKE, "--configfile", "config/quick.yaml", "--summary"],
+                          cwd=quick, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    return {row["output_file"]: row for row in csv.DictReader(
+        done.stdout.splitlines(), delimiter="\t")}
+
+
+def rule_that_wrote(summary: dict[str, dict[str, str]], root: Path, output: Path) -> str:
+    """The rule Snakemake says wrote ``output``."""
     name = output.relative_to(root).as_posix()
-    record = root / ".snakemake" / "metadata" / base64.urlsafe_b64encode(name.encode()).decode()
-    assert record.is_file(), f"no Snakemake record of {name}"
-    return json.loads(record.read_text())["rule"]
+    assert name in summary, f"Snakemake knows no output {name}"
+    return summary[name]["rule"]
 
 
 # -- the run ----------------------------------------------------------------------------
-def test_every_claim_of_every_experiment_is_judged(quick: Path):
-    claims = read_claims(layout(quick).claims_table)
+def test_every_claim_has_its_ledger_rule_and_the_verdict_its_intervals_give(quick: Path):
+    """Each claims.csv row judged again apart from production (tests/verdicts.py): its
+    rule (op, threshold, margin, kind) is its ledger entry's, and its verdict the one its
+    own interval, equivalence interval, threshold and margin give by the decision rule."""
+    path = layout(quick).claims_table
+    assert problems(path) == []
+    claims = read_claims(path)
     made = {(c.experiment, c.hypothesis) for c in claims}
     for name in experiments.available():
         expected = {(name, hypothesis) for hypothesis in ledger.entries(name)}
         assert expected, f"{name} has no claims ledger"
         assert expected <= made, f"{name}: no row for {sorted(expected - made)}"
-    for c in claims:
+    for c in claims:  # an undecided claim says why; a judged one what it rests on
         what = f"{c.experiment} [{c.runtime}] {c.hypothesis}"
-        assert c.verdict in VERDICTS, what
-        assert c.kind in KINDS, f"{what}: kind {c.kind!r}"
-        assert c.kind == ledger.entries(c.experiment)[c.hypothesis].kind, what
-        # judged on an interval, with what it rests on; or, where quick's small grid lacks
-        # the claim's points, inconclusive with the reason
-        assert c.basis.strip() or (c.verdict == "inconclusive" and c.reason.strip()), what
-    based = {c.experiment for c in claims if c.basis.strip()}
-    # the experiments whose claims' points quick.yaml's grid holds: an interval and a basis
-    assert based >= {"file_read", "syscall", "ring", "http"}, based
+        assert c.op, f"{what}: no rule"
+        assert c.reason.strip() or c.verdict != "inconclusive", what
+        assert c.basis.strip() or not judged(c), what
+    # quick.yaml holds the points of at least one claim of each experiment
+    assert {c.experiment for c in claims if judged(c)} == set(experiments.available())
+
+
+def rows_of(path: Path) -> tuple[list[str], list[dict]]:
+    """(the columns, the rows as dicts of text) of a claims.csv."""
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(handle)
+        return list(reader.fieldnames or []), list(reader)
+
+
+def altered(source: Path, folder: Path, change) -> Path:
+    """A copy of claims.csv ``source`` in ``folder`` with ``change(rows)`` applied to its
+    rows (dicts of text, as csv reads them)."""
+    fields, rows = rows_of(source)
+    change(rows)
+    out = folder / "claims.csv"
+    with open(out, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    return out
+
+
+def first_judged(rows: list[dict]) -> dict:
+    """The first row with a rule and a finite interval."""
+    return next(r for r in rows if r["op"] not in ("", "all") and r["ci_low"] and r["ci_high"]
+                and float(r["ci_low"]) > -1e300 and float(r["ci_high"]) < 1e300)
+
+
+def test_the_verdict_check_refuses_a_flipped_verdict_or_a_moved_threshold(quick: Path,
+                                                                         tmp_path: Path):
+    """The check above on copies of the run's claims.csv: one verdict flipped (each other
+    verdict in turn), one threshold moved by 10 %; each is named."""
+    source = layout(quick).claims_table
+    shutil.copy(source, tmp_path / "same.csv")
+    assert problems(tmp_path / "same.csv") == []
+    row = first_judged(rows_of(source)[1])
+    for other in ("reproduced", "not reproduced", "at the threshold", "inconclusive"):
+        if other == row["verdict"]:
+            continue
+        folder = tmp_path / other.replace(" ", "-")
+        folder.mkdir()
+
+        def flip(rows, other=other):
+            first_judged(rows)["verdict"] = other
+
+        found = problems(altered(source, folder, flip))
+        assert len(found) == 1 and f"{other!r}, but" in found[0], found
+
+    def move(rows):
+        first_judged(rows)["threshold"] = repr(float(first_judged(rows)["threshold"]) * 1.1)
+
+    (tmp_path / "moved").mkdir()
+    found = problems(altered(source, tmp_path / "moved", move))
+    assert len(found) == 1 and "the ledger states" in found[0], found
 
 
 def test_every_table_has_the_counter_columns_and_each_row_says_what_was_counted(quick: Path):
@@ -115,21 +180,29 @@ def test_every_table_has_the_counter_columns_and_each_row_says_what_was_counted(
     assert tried, "no counting pass at any point of the quick run"
 
 
-def test_the_c_programs_and_erlang_modules_were_compiled_by_their_rules(quick: Path):
+def test_the_c_programs_and_erlang_modules_were_compiled_by_their_rules(quick: Path, summary):
     where = layout(quick)
     for program in jobs.native_sources():
         binary = where.native_binary(program)
         assert binary.is_file() and binary.stat().st_mode & 0o111, binary
-        assert rule_that_wrote(quick, binary) == "native_program"
+        assert rule_that_wrote(summary, quick, binary) == "native_program"
         assert where.log(program, "build.log").is_file()
     for module in jobs.erlang_sources():
         beam = where.erlang_beams / f"{module}.beam"
         assert beam.is_file() and beam.stat().st_size, beam
-        assert rule_that_wrote(quick, beam) == "erlang_beam"
+        assert rule_that_wrote(summary, quick, beam) == "erlang_beam"
         assert where.log("erlang", f"{module}.log").is_file()
 
 
-def test_spawn_ran_through_snakemake_for_every_primitive(quick: Path):
+def test_the_finished_run_is_complete_and_up_to_date(summary):
+    """Every output Snakemake knows is there and would not be made again."""
+    assert summary
+    stale = {name: (row["status"], row["plan"]) for name, row in summary.items()
+             if (row["status"], row["plan"]) != ("ok", "no update")}
+    assert stale == {}
+
+
+def test_spawn_ran_through_snakemake_for_every_primitive(quick: Path, summary):
     table = pd.read_csv(layout(quick).table("spawn"))
     skipped = {p["variant"] for p in json.loads(layout(quick).skipped.read_text())
                if p["experiment"] == "spawn"}
@@ -138,7 +211,7 @@ def test_spawn_ran_through_snakemake_for_every_primitive(quick: Path):
     for result in map(Path, table["result_file"]):  # each written by a Snakemake job
         files = sorted((quick / result).glob("round=*.json")) or [quick / result]
         for path in files:
-            assert rule_that_wrote(quick, path).startswith("spawn"), path
+            assert rule_that_wrote(summary, quick, path).startswith("spawn"), path
 
 
 # -- the user commands on its output ----------------------------------------------------

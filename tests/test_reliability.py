@@ -3,7 +3,6 @@ never yields a wrong number silently, and nothing is lost."""
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
@@ -13,7 +12,7 @@ import subprocess
 import sys
 import time
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -24,7 +23,7 @@ import yaml
 
 from perfgrid import atomic, counters, noise
 
-from helpers import REPO, SNAKEMAKE, in_session, wait_for, write_config
+from helpers import REPO, SNAKEMAKE, cpu_seconds, in_session, wait_for, write_config
 
 GRID = {
     "host": "rel",
@@ -70,28 +69,11 @@ def results(workdir: Path) -> list[Path]:
     return sorted((workdir / "results/rel/raw").rglob("*.json"))
 
 
-def _record(workdir: Path, kind: str, output: Path) -> Path:
-    """Where Snakemake keeps its ``kind`` record (``metadata`` or ``incomplete``) of
-    ``output``, as snakemake.persistence names it: the path relative to the working
-    folder in URL-safe base64, cut into parts of at most 254 characters."""
-    name = base64.urlsafe_b64encode(str(output.relative_to(workdir)).encode()).decode()
-    parts = [name[i:i + 254] for i in range(0, len(name), 254)]
-    return workdir / ".snakemake" / kind / Path(*[f"@{p}" for p in parts[:-1]], parts[-1])
-
-
-def recorded(workdir: Path) -> list[Path]:
-    """The results Snakemake has recorded as complete, so a resumed run keeps them: when a
-    job ends it writes each output's metadata record, then removes its incomplete marker."""
-    return [p for p in results(workdir)
-            if _record(workdir, "metadata", p).exists()
-            and not _record(workdir, "incomplete", p).exists()]
-
-
-def wait_for_results(workdir: Path, count: int, proc: subprocess.Popen, timeout: float = 240,
-                     found: Callable[[Path], list[Path]] = results) -> None:
-    """Wait until ``found`` lists ``count`` results; the deadline only stops a hung run."""
+def wait_for_results(workdir: Path, count: int, proc: subprocess.Popen,
+                     timeout: float = 240) -> None:
+    """Wait until ``count`` results are written; the deadline only stops a hung run."""
     deadline = time.monotonic() + timeout
-    while len(found(workdir)) < count:
+    while len(results(workdir)) < count:
         assert proc.poll() is None, proc.stdout.read()[-3000:]
         assert time.monotonic() < deadline, "no results appeared"
         time.sleep(0.2)
@@ -297,11 +279,12 @@ def test_interrupted_run_resumes_with_nothing_lost(workdir, how):
     the run cannot finish first, and no rerun is needed to get past a race."""
     proc = start(workdir, "--cores", "2")
     with stopped_on_failure(proc):
-        wait_for_results(workdir, 2, proc, found=recorded)
+        wait_for_results(workdir, 2, proc)
         _, held = hold_a_benchmark_job(proc, workdir)
-        # results Snakemake had recorded as complete before the interrupt: nothing can be
-        # recorded while the job is held
-        done_before = {p: p.stat().st_mtime_ns for p in recorded(workdir)}
+        # every result but the held job's (it has none yet) is of a job Snakemake finished:
+        # one benchmark job runs at a time (resource bench=1), and Snakemake records a job
+        # as complete before it frees the job's resources for the next one
+        done_before = {p: p.stat().st_mtime_ns for p in results(workdir)}
         assert len(done_before) >= 2
         waiting = POINTS - len(results(workdir)) - 1  # besides the held one
         assert waiting >= 1, f"the run measured {POINTS - 1} points before one was held"
@@ -487,7 +470,9 @@ def test_busy_machine_is_waited_for_then_flagged():
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
             for _ in range(len(os.sched_getaffinity(0)))]
     try:
-        time.sleep(0.3)
+        # each hog spinning (its CPU time growing) before the machine is looked at
+        assert wait_for(lambda: all(cpu_seconds([psutil.Process(h.pid)]) >= 0.2
+                                    for h in hogs), 30), "the hogs never ran"
         seen = noise.wait_until_quiet(0.25, checks=2)
     finally:
         for hog in hogs:

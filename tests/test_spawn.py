@@ -24,7 +24,7 @@ from perfgrid.experiments import spawn as spawn_mod
 from perfgrid.experiments.spawn import analysis, chains
 from perfgrid.stats import band
 
-from helpers import FULL, compile_native, needs, tagged, wait_for
+from helpers import FULL, compile_native, cpu_seconds, needs, tagged, wait_for
 from synthetic import LEVELS, expected_verdict, named_claims, row, single
 
 EXP = get("spawn")
@@ -84,8 +84,13 @@ def test_chain_lengths_split_the_total_evenly():
     ("mp_fork", 1, 6), ("mp_fork", 3, 6),
 ])
 def test_python_chains_make_every_spawn_and_leave_nothing(variant, chains, total):
+    started = time.monotonic()
     meta = run_case(point(variant, "none", chains, total))
-    assert meta["perfgrid_user_s"] >= 0 and meta["perfgrid_sys_s"] >= 0
+    ran = time.monotonic() - started
+    # CPU time of the passes, children included: no more than every CPU for as long as the
+    # case lived (a clock tick of rounding), so a total since start-up would not fit
+    cpu = meta["perfgrid_user_s"] + meta["perfgrid_sys_s"]
+    assert 0 <= cpu <= len(CPUS) * ran + 0.02, (meta, ran)
     assert meta["perfgrid_peak_rss_bytes"] > 0
 
 
@@ -160,7 +165,8 @@ def test_killed_job_leaves_no_process(tmp_path, native_binary_or_none, variant, 
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         assert wait_for(lambda: len(tagged(marker)) >= started, 20), "the job never started"
-        time.sleep(1.0)  # half way through the first pass
+        # into the first pass: the job's processes at work for a second of CPU time
+        assert wait_for(lambda: cpu_seconds(tagged(marker)) >= 1.0, 60), "no pass ran"
         assert proc.poll() is None, "the job ended before it could be killed"
     finally:
         proc.send_signal(sig)

@@ -526,12 +526,16 @@ def claims_of(name: str, table) -> list[Claim]:
 
 def with_ledger(claim: Claim) -> Claim:
     """``claim`` with its ledger entry's fields (perfgrid.ledger); as it is where its
-    experiment keeps no ledger."""
+    experiment keeps no ledger. A claim left undecided before any rule was applied (its
+    points missing: :func:`inconclusive`) takes the ledger's op and threshold, so every
+    row says what it would be judged by."""
     from dataclasses import replace
 
     entry = ledger.entry(claim.experiment, claim.hypothesis)
     if entry is None:
         return claim
+    if not claim.op:
+        claim = replace(claim, op=entry.op, threshold=entry.threshold)
     return replace(claim, kind=entry.kind, seed_figure=entry.seed_figure,
                    seed_quote=entry.seed_quote, seed_where=entry.seed_where,
                    threshold_why=entry.threshold_why, why_a_claim=entry.why_a_claim,
