@@ -1,4 +1,6 @@
-"""The claims ledger: what each claim is about, stated before any data.
+"""The claims ledger: what each claim is about, stated before the data it judges (an entry
+changed after recorded runs were in view is named in docs/ledger-history.md; run.json
+keeps the ledgers' :func:`digest`).
 
 Each experiment's package holds a ``claims.yaml``, a list of entries, one per hypothesis its
 analysis judges (the ``hypothesis`` text is the key, exactly as the analysis writes it).
