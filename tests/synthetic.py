@@ -26,8 +26,8 @@ LEVELS = {"below": 0.8, "at": 1.0, "above": 1.25}
 
 def expected_verdict(wants: str, level: str) -> tuple[str, str]:
     """(verdict, words of its reason) of a claim that wants its value ``wants`` ("above",
-    "below", or "about": within its margin) its threshold, measured at ``level`` (LEVELS) with a narrow interval: on the
-    threshold the interval straddles it, within 5 % of it."""
+    "below", or "about": within its margin) its threshold, measured at ``level`` (LEVELS)
+    with a narrow interval: on the threshold the interval straddles it, within 5 % of it."""
     if wants == "about":  # an equivalence: within the margin reads reproduced
         return ("reproduced", "lies within") if level == "at" else (
             "not reproduced", "wholly outside")
