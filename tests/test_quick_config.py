@@ -282,7 +282,25 @@ def test_a_gallery_of_the_run_and_a_set_with_rounds_let_go(quick: Path, made: Pa
     assert (site / "index.html").is_file() and (site / "matrix.csv").is_file()
 
 
-def test_aa_of_the_run_with_itself(quick: Path, tmp_path: Path):
-    done = perfgrid(quick, "aa", f"results/{HOST}", f"results/{HOST}", "--out", str(tmp_path))
-    assert (tmp_path / "aa.csv").is_file()
-    assert "table written to" in done.stdout
+def test_aa_refuses_the_run_against_itself_and_reads_a_same_estimates_pair_as_alike(
+        quick: Path, tmp_path: Path):
+    """The run against itself is refused (one run is no pair); a copy whose raw files differ
+    by a byte of whitespace, its estimates the same, is judged: no reading differs, none is
+    flagged, every counted claim with an estimate is compared."""
+    root = quick / "results" / HOST
+    same = subprocess.run([*PERFGRID, "aa", str(root), str(root), "--out", str(tmp_path)],
+                          capture_output=True, text=True, cwd=quick)
+    assert same.returncode == 2 and "the same run" in same.stderr
+    assert not (tmp_path / "aa.csv").exists()
+    twin = tmp_path / "twin"
+    shutil.copytree(root, twin, ignore=shutil.ignore_patterns("data"))
+    (twin / "run.json").unlink()
+    first = next(p for p in sorted((twin / "raw").rglob("*.json")))
+    first.write_text(first.read_text() + " ")
+    done = perfgrid(quick, "aa", str(root), str(twin), "--out", str(tmp_path))
+    table = pd.read_csv(tmp_path / "aa.csv")
+    both = table[table["present"] == "both"]
+    assert len(both) == len(pd.read_csv(root / "claims.csv"))
+    assert not both["readings_differ"].astype(bool).any()
+    assert not both["flagged"].fillna(False).astype(bool).any()
+    assert "0 readings differ" in done.stdout
