@@ -1,6 +1,7 @@
-"""perfgrid's modules import in layers: no import runs in a circle, and shared code reaches
-an experiment's own modules only through the registry (perfgrid.experiments); nor does
-shared code name an experiment, or a word only some experiments own.
+"""perfgrid's modules import in layers: no import runs in a circle, the harness never runs
+the analysis, and shared code reaches an experiment's own modules only through the registry
+(perfgrid.experiments); nor does shared code name an experiment, or a word only some
+experiments own.
 
 The imports are read from the source (``ast``), those inside functions too: a lazy import
 still ties two modules together.
@@ -21,7 +22,8 @@ from pathlib import Path
 import yaml
 
 import perfgrid
-from perfgrid import configschema, experiments
+from perfgrid import configschema, experiments, jobs
+from perfgrid.codeinputs import code_inputs
 from perfgrid.experiments.base import SCHEMA_FILE
 
 SRC = Path(perfgrid.__file__).resolve().parent
@@ -116,6 +118,46 @@ def test_libraries_below_the_registry_stay_below_it():
     assert reaches(graph, "perfgrid.topology") == set()  # the floor: sysfs and /proc only
     assert "perfgrid.experiments" in graph["perfgrid.counting_pass"]
     assert not hasattr(erlang, "compile_modules")
+
+
+#: modules no benchmark job may run: the statistics, the analysis and what publishes it, the
+#: config's settings and the pipeline's own code. Each module a benchmark job imports is a
+#: code input of every benchmark job (perfgrid.codeinputs), so an edit to one of these (a
+#: docstring) would rerun the whole measurement.
+NOT_MEASUREMENT = ("stats", "analysis", "report", "aa", "pooling", "gallery", "settings",
+                   "glue", "aggregate", "betweenrun", "readings", "recording", "plots",
+                   "scaling", "compare", "claimrow", "ledger", "codeinputs", "progress")
+#: the most lines of Python file_read's benchmark jobs may run (4,330 with perfgrid.stats)
+FILE_READ_LINES = 3500
+
+
+def benchmark_code(name: str) -> dict[str, list[str]]:
+    """The code of experiment ``name``'s benchmark jobs, as the workflow lists it
+    (package-relative): a sweep job's (jobs.workload) and a claim block's (glue.block_inputs,
+    which runs each point's sweep job's command in turn)."""
+    def relative(paths: list[str]) -> list[str]:
+        return [Path(p).relative_to(SRC).as_posix() for p in paths]
+
+    return {"sweep": relative(jobs.workload(experiments.get(name), str(SRC))),
+            "block": relative(code_inputs(str(SRC), "perfgrid.block"))}
+
+
+def test_no_benchmark_job_runs_the_statistics_the_analysis_or_the_pipeline():
+    for name in experiments.available():
+        code = benchmark_code(name)
+        assert "bench.py" in code["sweep"] and "block.py" in code["block"]
+        for job, files in code.items():
+            ran = {part for f in files if f.endswith(".py")
+                   for part in Path(f).with_suffix("").parts}
+            assert not ran & set(NOT_MEASUREMENT), (name, job, sorted(ran & set(NOT_MEASUREMENT)))
+    assert "interval.py" in benchmark_code("file_read")["sweep"]  # the interval core alone
+
+
+def test_file_reads_benchmark_jobs_run_little_code():
+    files = benchmark_code("file_read")["sweep"]
+    lines = sum(len((SRC / f).read_text().splitlines()) for f in files if f.endswith(".py"))
+    print(f"file_read's benchmark closure: {lines} lines of Python in {len(files)} files")
+    assert lines <= FILE_READ_LINES
 
 
 def test_shared_modules_reach_experiments_only_through_the_registry():
