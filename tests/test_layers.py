@@ -238,7 +238,7 @@ EXEMPT = {
     "loops that timers, ring and http offer as variants, named after the loops it makes",
     ("src/perfgrid/eventloops.py", "uvloop"): "as asyncio",
     ("src/perfgrid/pagecache.py", "cache"): "the page-cache helper (file_read's cache axis is "
-    "its states): shared harness code outside the package, so that editing it reruns no job",
+    "its states): a helper any workload may use, kept outside file_read's package",
     ("src/perfgrid/pagecache.py", "warm"): "as cache",
     ("src/perfgrid/pagecache.py", "cold"): "as cache",
     ("src/perfgrid/topology.py", "cache"): "sysfs's cpu*/cache folder (the L3 groups)",
@@ -354,3 +354,28 @@ def test_shared_code_names_no_experiment_nor_a_word_only_some_experiments_own():
     unused = [key for key in EXEMPT
               if key[1] not in {w for _, w in names_in(REPO / key[0], set(vocab))}]
     assert not unused, f"exemptions no longer needed: {unused}"
+
+
+# --- README's Layout names every module ---------------------------------------------------
+
+
+def readme_layout() -> str:
+    """The code block of README.md's Layout section."""
+    text = (REPO / "README.md").read_text()
+    section = text.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    return section.split("```", 2)[1]
+
+
+def test_readmes_layout_names_every_module_and_no_missing_one():
+    """Each module and package directly under src/perfgrid is named in README's Layout (its
+    own line, ``src/perfgrid/NAME``, or beside a module it serves), and each path the
+    Layout names exists."""
+    layout = readme_layout()
+    names = sorted([p.name for p in SRC.glob("*.py") if p.name != "__init__.py"]
+                   + [f"{p.name}/" for p in SRC.iterdir() if (p / "__init__.py").is_file()])
+    assert len(names) > 40 and "interval.py" in names and "analysis/" in names
+    missing = [n for n in names if not re.search(rf"(?<![\w.]){re.escape(n)}", layout)]
+    assert not missing, f"README.md's Layout names no line for: {missing}"
+    listed = re.findall(r"^(src/perfgrid/\S+|workflow/\S+)", layout, re.M)
+    assert len(listed) > 40
+    assert [p for p in listed if not (REPO / p).exists()] == []
