@@ -12,7 +12,7 @@ import pytest
 
 from perfgrid import aggregate
 from perfgrid.experiments import get
-from perfgrid.paths import Layout
+from perfgrid.paths import Layout, side_tables_of
 
 EXP = get("file_read")
 LAYOUT = Layout.for_host("tiny", "results")
@@ -86,11 +86,11 @@ def test_the_same_point_twice_stops_the_table(tmp_path):
 
 
 def test_one_off_reading_takes_any_path(tmp_path):
-    """row_from_result without check_path reads a file wherever it is (e.g. a test's)."""
+    """row_from_results without check_path reads a file wherever it is (e.g. a test's)."""
     loose = Path(shutil.move(write_result(tmp_path, point()), tmp_path / "loose.json"))
-    assert aggregate.row_from_result(loose)["variant"] == "read"
+    assert aggregate.row_from_results([loose])["variant"] == "read"
     with pytest.raises(ValueError, match="not a raw result path"):
-        aggregate.row_from_result(loose, check_path=True)
+        aggregate.row_from_results([loose], check_path=True)
 
 
 def test_result_point_is_the_inverse_of_raw_result():
@@ -210,15 +210,15 @@ def test_a_written_table_and_its_side_tables_hold_one_value_a_cell(tmp_path):
     on_disk = pd.read_csv(tmp_path / path)
     assert not set(aggregate.LIST_COLUMNS) & set(on_disk.columns)
     assert "openloop_steps" not in on_disk
-    values = pd.read_csv(tmp_path / LAYOUT.side_table("syscall", "values"))
+    values = pd.read_csv(tmp_path / side_tables_of(LAYOUT.table("syscall"))["values"])
     assert list(values.columns) == ["row", "process", "round", "value_index", "value"]
     assert len(values) == 3 * 2 * 3 + 2 * 3  # rounds x processes x values, and one job's
     assert values[values["row"] == 1]["round"].isna().all()  # one job: no round
-    noisy = pd.read_csv(tmp_path / LAYOUT.side_table("syscall", "noisy_rounds"))
+    noisy = pd.read_csv(tmp_path / side_tables_of(LAYOUT.table("syscall"))["noisy_rounds"])
     assert noisy.to_dict("records") == [{"row": 0, "round": 2}]
-    facts = pd.read_csv(tmp_path / LAYOUT.side_table("syscall", "process_facts"))
+    facts = pd.read_csv(tmp_path / side_tables_of(LAYOUT.table("syscall"))["process_facts"])
     assert {"sys_s", "user_s"} <= set(facts["key"])
-    records = pd.read_csv(tmp_path / LAYOUT.side_table("syscall", "records"))
+    records = pd.read_csv(tmp_path / side_tables_of(LAYOUT.table("syscall"))["records"])
     assert records[["row", "column", "item"]].values.tolist() == [
         [0, "openloop_steps", 0], [0, "openloop_steps", 1]]
 
@@ -293,7 +293,7 @@ def test_every_table_leaves_the_side_tables_out(tmp_path):
 def test_a_side_table_that_does_not_fit_its_table_is_refused_naming_it(tmp_path):
     path = tmp_path / LAYOUT.table("syscall")
     aggregate.write_table(rounds_table(tmp_path), path)
-    values = LAYOUT.side_table("syscall", "values")
+    values = side_tables_of(LAYOUT.table("syscall"))["values"]
     table = pd.read_csv(path)
     table.iloc[:1].to_csv(path, index=False)  # one row left: the values name row 1 too
     with pytest.raises(ValueError, match="names a row its table .1 rows. has not") as refused:

@@ -34,7 +34,7 @@ def test_every_fixture_and_experiment_has_one_table_and_every_key_a_row():
         assert text.count(configdoc.end_marker(name)) == 1, name
         rows = configdoc.table(name).splitlines()[2:]
         keys = [row.split("`")[1] for row in rows]
-        assert keys == list(configschema.fragment(name)["properties"]), name
+        assert keys == list(configschema.schema()["properties"][name]["properties"]), name
 
 
 def test_a_key_without_description_stops_the_table():

@@ -208,7 +208,7 @@ def test_a_real_counting_pass_through_the_harness(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False,
                           env={**os.environ, "PYTHONPATH": str(REPO / "src")})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    row = aggregate.row_from_result(out)
+    row = aggregate.row_from_results([out])
     assert row["counters"] == "ok", row["counters"]
     assert row["counters_units"] == 200 * 100  # loops x the unrolled calls x one worker
     # each count is over the units of work: times them it gives back the pass's own count,

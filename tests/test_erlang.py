@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from perfgrid import erlang, planning
-from perfgrid.aggregate import row_from_result
+from perfgrid.aggregate import row_from_results
 from perfgrid.experiments import get
 from perfgrid.experiments.http import load as http_load
 
@@ -267,7 +267,7 @@ def test_bench_writes_a_row_of_runtime_erlang(beams, tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False,
                           env={**os.environ, "PYTHONPATH": str(REPO / "src")})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    row = row_from_result(out)
+    row = row_from_results([out])
     assert (row["runtime"], row["variant"], row["experiment"]) == ("erlang", "erlang", "ring")
     assert row["rate"] > 0 and row["rings"] == 2
     assert row["vm_flags"].startswith("+S 1:1")

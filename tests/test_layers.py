@@ -1,6 +1,7 @@
-"""perfgrid's modules import in layers: no import runs in a circle, and shared code reaches
-an experiment's own modules only through the registry (perfgrid.experiments); nor does
-shared code name an experiment, or a word only some experiments own.
+"""perfgrid's modules import in layers: no import runs in a circle, the harness never runs
+the analysis, and shared code reaches an experiment's own modules only through the registry
+(perfgrid.experiments); nor does shared code name an experiment, or a word only some
+experiments own.
 
 The imports are read from the source (``ast``), those inside functions too: a lazy import
 still ties two modules together.
@@ -21,7 +22,8 @@ from pathlib import Path
 import yaml
 
 import perfgrid
-from perfgrid import configschema, experiments
+from perfgrid import configschema, experiments, jobs
+from perfgrid.codeinputs import code_inputs
 from perfgrid.experiments.base import SCHEMA_FILE
 
 SRC = Path(perfgrid.__file__).resolve().parent
@@ -118,6 +120,46 @@ def test_libraries_below_the_registry_stay_below_it():
     assert not hasattr(erlang, "compile_modules")
 
 
+#: modules no benchmark job may run: the statistics, the analysis and what publishes it, the
+#: config's settings and the pipeline's own code. Each module a benchmark job imports is a
+#: code input of every benchmark job (perfgrid.codeinputs), so an edit to one of these (a
+#: docstring) would rerun the whole measurement.
+NOT_MEASUREMENT = ("stats", "analysis", "report", "aa", "pooling", "gallery", "settings",
+                   "glue", "aggregate", "betweenrun", "readings", "recording", "plots",
+                   "scaling", "compare", "claimrow", "ledger", "codeinputs", "progress")
+#: the most lines of Python file_read's benchmark jobs may run (4,330 with perfgrid.stats)
+FILE_READ_LINES = 3500
+
+
+def benchmark_code(name: str) -> dict[str, list[str]]:
+    """The code of experiment ``name``'s benchmark jobs, as the workflow lists it
+    (package-relative): a sweep job's (jobs.workload) and a claim block's (glue.block_inputs,
+    which runs each point's sweep job's command in turn)."""
+    def relative(paths: list[str]) -> list[str]:
+        return [Path(p).relative_to(SRC).as_posix() for p in paths]
+
+    return {"sweep": relative(jobs.workload(experiments.get(name), str(SRC))),
+            "block": relative(code_inputs(str(SRC), "perfgrid.block"))}
+
+
+def test_no_benchmark_job_runs_the_statistics_the_analysis_or_the_pipeline():
+    for name in experiments.available():
+        code = benchmark_code(name)
+        assert "bench.py" in code["sweep"] and "block.py" in code["block"]
+        for job, files in code.items():
+            ran = {part for f in files if f.endswith(".py")
+                   for part in Path(f).with_suffix("").parts}
+            assert not ran & set(NOT_MEASUREMENT), (name, job, sorted(ran & set(NOT_MEASUREMENT)))
+    assert "interval.py" in benchmark_code("file_read")["sweep"]  # the interval core alone
+
+
+def test_file_reads_benchmark_jobs_run_little_code():
+    files = benchmark_code("file_read")["sweep"]
+    lines = sum(len((SRC / f).read_text().splitlines()) for f in files if f.endswith(".py"))
+    print(f"file_read's benchmark closure: {lines} lines of Python in {len(files)} files")
+    assert lines <= FILE_READ_LINES
+
+
 def test_shared_modules_reach_experiments_only_through_the_registry():
     names = experiments.available()
     own = {name: (f"perfgrid.experiments.{name}", f"perfgrid.analysis.{name}") for name in names}
@@ -196,7 +238,7 @@ EXEMPT = {
     "loops that timers, ring and http offer as variants, named after the loops it makes",
     ("src/perfgrid/eventloops.py", "uvloop"): "as asyncio",
     ("src/perfgrid/pagecache.py", "cache"): "the page-cache helper (file_read's cache axis is "
-    "its states): shared harness code outside the package, so that editing it reruns no job",
+    "its states): a helper any workload may use, kept outside file_read's package",
     ("src/perfgrid/pagecache.py", "warm"): "as cache",
     ("src/perfgrid/pagecache.py", "cold"): "as cache",
     ("src/perfgrid/topology.py", "cache"): "sysfs's cpu*/cache folder (the L3 groups)",
@@ -312,3 +354,28 @@ def test_shared_code_names_no_experiment_nor_a_word_only_some_experiments_own():
     unused = [key for key in EXEMPT
               if key[1] not in {w for _, w in names_in(REPO / key[0], set(vocab))}]
     assert not unused, f"exemptions no longer needed: {unused}"
+
+
+# --- README's Layout names every module ---------------------------------------------------
+
+
+def readme_layout() -> str:
+    """The code block of README.md's Layout section."""
+    text = (REPO / "README.md").read_text()
+    section = text.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    return section.split("```", 2)[1]
+
+
+def test_readmes_layout_names_every_module_and_no_missing_one():
+    """Each module and package directly under src/perfgrid is named in README's Layout (its
+    own line, ``src/perfgrid/NAME``, or beside a module it serves), and each path the
+    Layout names exists."""
+    layout = readme_layout()
+    names = sorted([p.name for p in SRC.glob("*.py") if p.name != "__init__.py"]
+                   + [f"{p.name}/" for p in SRC.iterdir() if (p / "__init__.py").is_file()])
+    assert len(names) > 40 and "interval.py" in names and "analysis/" in names
+    missing = [n for n in names if not re.search(rf"(?<![\w.]){re.escape(n)}", layout)]
+    assert not missing, f"README.md's Layout names no line for: {missing}"
+    listed = re.findall(r"^(src/perfgrid/\S+|workflow/\S+)", layout, re.M)
+    assert len(listed) > 40
+    assert [p for p in listed if not (REPO / p).exists()] == []

@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import yaml
+from scipy.special import ndtri
+from scipy.stats import spearmanr
 
 from perfgrid import configschema, experiments, order, planning, settings
 from perfgrid.paths import REPO
@@ -37,8 +39,14 @@ def correlations(plan: list[order.Job]) -> dict[str, tuple[float, int]]:
                  if axis in job.point]
         if len(pairs) >= 3 and len({v for _, v in pairs}) >= 2:  # quick's chains: one value
             places, values = zip(*pairs, strict=True)
-            out[axis] = (order.rank_correlation(list(places), list(values)), len(pairs))
+            out[axis] = (float(spearmanr(places, values).statistic), len(pairs))
     return out
+
+
+def unrelated_bound(n: int, level: float) -> float:
+    """Two-sided ``level`` bound of Spearman's rho of ``n`` unrelated pairs: about normal,
+    with variance 1/(n - 1)."""
+    return float(ndtri(0.5 + level / 2) / np.sqrt(max(n - 1, 1)))
 
 
 #: how often :func:`test_shuffled_order_is_unrelated_to_every_numeric_axis` may fail by
@@ -59,13 +67,13 @@ def test_shuffled_order_is_unrelated_to_every_numeric_axis():
     per_axis: dict[str, list[tuple[float, int]]] = {}
     for seed in SEEDS:
         for axis, (rho, n) in correlations(order.planned(jobs, True, seed)).items():
-            bound = order.correlation_bound(n, level)
+            bound = unrelated_bound(n, level)
             assert abs(rho) <= bound, f"seed {seed}: {axis} rho {rho:.3f} beyond {bound:.3f}"
             per_axis.setdefault(axis, []).append((rho, n))
     assert {"workers", "block_size", "concurrency"} <= set(per_axis)
     for axis, pairs in per_axis.items():
         mean, n = float(np.mean([rho for rho, _ in pairs])), pairs[0][1]
-        bound = order.correlation_bound(n, level) / np.sqrt(len(pairs))
+        bound = unrelated_bound(n, level) / np.sqrt(len(pairs))
         print(f"shuffled: {axis}: mean rho over {len(pairs)} seeds {mean:+.3f} "
               f"(bound {bound:.3f})")
         assert abs(mean) <= bound, f"{axis}: mean rho {mean:.3f} beyond {bound:.3f}"
@@ -164,8 +172,6 @@ def test_sorted_order_keeps_points_measured_once_in_the_first_phase():
 
 def test_imbalances_of_many_draws_match_spearmans_rho_of_each_draw():
     """The vectorised measure equals scipy's Spearman rho, axis by axis (ties included)."""
-    from scipy.stats import spearmanr
-
     rng = np.random.default_rng(7)
     jobs = [order.Job("x", {"block": int(b), "workers": int(w), "name": "a"}, 1)
             for b, w in zip(rng.choice([1, 4, 16, 64], 40), rng.integers(1, 9, 40), strict=True)]

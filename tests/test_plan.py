@@ -91,7 +91,8 @@ def test_claim_points_rounds_sit_in_claim_blocks_and_sweep_points_in_no_block(pl
 def test_every_jobs_command_words_name_its_point_on_each_axis(planned):
     _, layout, plan = planned
     for job in plan.jobs:
-        pairs = set(zip(job.args, job.args[1:], strict=False))
+        words = [*job.bench, *job.options]
+        pairs = set(zip(words, words[1:], strict=False))
         for axis in experiments.get(job.experiment).axes:
             assert ("--point", f"{axis}={job.point[axis]}") in pairs, (job.key, axis)
         assert ("--lock", str(layout.bench_lock)) in pairs

@@ -334,18 +334,23 @@ def test_rounds_to_settle_says_when_it_cannot_tell() -> None:
     assert stats.rounds_to_settle(hopeless, 1.0) == stats.SETTLE_MAX + 1
 
 
-def test_a_decision_level_widens_every_interval_inside_it() -> None:
-    """Claims judged at 1 - 0.05 / 3 (three at once, Bonferroni) take wider intervals, and
-    the level is back to 95 % after."""
-    ratio = _blocks(1.2, 0.1)
-    plain = ratio.interval()
-    with stats.decision_level(1 - 0.05 / 3):
-        wider = ratio.interval()
-        assert stats.current_level() == pytest.approx(1 - 0.05 / 3)
-    assert wider[0] < plain[0] and wider[1] > plain[1]
-    assert ratio.interval() == plain and stats.current_level() == 0.95
-    with pytest.raises(ValueError, match="between 0 and 1"), stats.decision_level(1.5):
-        pass
+def test_the_harness_computes_a_points_interval_as_the_table_does() -> None:
+    """perfgrid.bench stops a point on perfgrid.interval's rate, without this module: the
+    same value, interval, method and rounds as stats.rate's, with rounds or without."""
+    from perfgrid import interval
+
+    processes = [[1.0, 1.02, 0.99], [0.97, 1.01, 1.0], [1.03, 1.05, 1.0], [0.95, 1.0, 0.98]]
+    for rounds in (None, [1, 1, 2, 2], [1, 2, 3, 4]):
+        core = interval.rate(processes, 3.0, seed=5, rounds=rounds)
+        table = stats.rate(processes, 3.0, seed=5, rounds=rounds)
+        by_scale = 3.0 / stats.mean_estimate(processes, seed=5, rounds=rounds)
+        assert core.interval() == table.interval() == by_scale.interval()
+        assert core.ci_rel == table.ci_rel and core.blocks == by_scale.blocks
+        assert (core.value, core.method, core.df, core.se) == (table.value, table.method,
+                                                              table.df, table.se)
+        assert (core.blocks is None) == (rounds is None)
+    lone = interval.rate([[1.0]], 3.0)
+    assert lone.interval() is None and lone.reason == "one value"
 
 
 def test_a_geometric_mean_of_estimates_without_common_blocks_combines_them_as_independent():

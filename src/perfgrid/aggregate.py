@@ -463,15 +463,6 @@ def check_result_path(path: str | Path, meta: dict[str, Any]) -> None:
                          f"variant {from_path.get('variant')} runs on {runtime!r}")
 
 
-def row_from_result(path: str | Path, check_path: bool = False) -> dict[str, Any]:
-    """One table row from one pyperf result file.
-
-    With ``check_path`` (as the table does) the result must sit at its own
-    point's path; without, any file is read at face value (one-off reading).
-    """
-    return row_from_results([path], check_path)
-
-
 def _read(path: str | Path, check_path: bool) -> tuple[dict[str, Any], pyperf.Benchmark]:
     bench = pyperf.Benchmark.load(str(path))
     meta = _common_metadata(bench)
@@ -483,6 +474,9 @@ def _read(path: str | Path, check_path: bool) -> tuple[dict[str, Any], pyperf.Be
 def row_from_results(paths: list[str | Path], check_path: bool = False,
                      recorded_as: Callable[[str | Path], str] | None = None) -> dict[str, Any]:
     """One table row from the result files of one point: one file, or one per round.
+
+    With ``check_path`` (as the table does) each result must sit at its own point's path;
+    without, any file is read at face value (one-off reading).
 
     Rounds are merged: their processes side by side (``process_rounds`` says
     which round measured each), the columns that differ combined by

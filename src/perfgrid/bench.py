@@ -46,7 +46,7 @@ from perfgrid.experiments.base import Case
 from perfgrid.jobargs import pairs
 
 if TYPE_CHECKING:  # numpy and scipy stay out of the workers and fixed-repetition points
-    from perfgrid.stats import Estimate
+    from perfgrid.interval import Replicates
 
 
 def _forward(cmd: list[str], args: argparse.Namespace) -> None:
@@ -159,14 +159,16 @@ def _run_batch(args: argparse.Namespace, processes: int, loops: int | None,
     return pyperf.Benchmark.load(str(output))
 
 
-def point_interval(bench: pyperf.Benchmark, seed: int = 0) -> Estimate:
-    """The rate of a (partly) measured point with its 95 % interval, as the table computes it."""
+def point_interval(bench: pyperf.Benchmark, seed: int = 0) -> Replicates:
+    """The rate of a (partly) measured point with its 95 % interval, as the table computes it
+    (perfgrid.interval: not perfgrid.stats, which would make the claims' statistics a code
+    input of every benchmark job)."""
     runs = [run for run in bench.get_runs() if run.values]
     groups = [list(run.values) for run in runs]  # aggregate.process_values, without pandas
     work = float(runs[0].get_metadata()["perfgrid_work_per_loop"]) if runs else float("nan")
-    from perfgrid import stats  # numpy and scipy: only where a target is set
+    from perfgrid import interval  # numpy and scipy: only where a target is set
 
-    return stats.rate(groups, work, seed=seed)
+    return interval.rate(groups, work, seed=seed)
 
 
 def next_batch(processes: int, ci_rel: float, target: float) -> int:
@@ -215,7 +217,7 @@ def measure_point(args: argparse.Namespace, first: Callable[[], pyperf.Benchmark
             if target is None:
                 return merged, {"perfgrid_batches": index,
                                 "perfgrid_measure_seconds": round(spent, 3)}
-            from perfgrid import stats  # numpy and scipy: only where a target is set
+            from perfgrid import interval  # numpy and scipy: only where a target is set
 
             estimate = point_interval(merged)
             ci, total = estimate.ci_rel, merged.get_nrun()
@@ -223,7 +225,7 @@ def measure_point(args: argparse.Namespace, first: Callable[[], pyperf.Benchmark
                        "perfgrid_target_ci": target, "perfgrid_max_seconds": cap,
                        "perfgrid_converged": False}
             # one process's interval knows only its own noise: it never decides convergence
-            if math.isfinite(ci) and ci <= target and estimate.method != stats.METHOD_VALUES:
+            if math.isfinite(ci) and ci <= target and estimate.method != interval.METHOD_VALUES:
                 outcome.update(perfgrid_converged=True, perfgrid_stop=(
                     f"interval +/-{ci:.1%} met the target +/-{target:.1%} "
                     f"after {total} processes"))

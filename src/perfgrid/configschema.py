@@ -87,11 +87,6 @@ def _read(whose: str, name: str, path: Path) -> dict[str, Any]:
     return found
 
 
-def fragment(name: str) -> dict[str, Any]:
-    """Section ``name``'s schema as written (its own ``$defs`` still in it)."""
-    return _read(*_source(name))
-
-
 @functools.cache
 def _assembled() -> dict[str, Any]:
     schema = _load(SHARED)

@@ -89,21 +89,19 @@ def inputs(experiment: Experiment, point: Point, config: dict[str, Any], layout:
 def workload(experiment: Experiment, src: str) -> list[str]:
     """The code a benchmark job of ``experiment`` runs (perfgrid.codeinputs): the harness
     (perfgrid.bench), the counting pass and every module of the experiment's package but
-    its analysis (some run as processes of their own, ``python -m``), with all they import,
-    then what else it declares (:attr:`Experiment.code`)."""
+    its analysis (some run as processes of their own, ``python -m``), with all they import
+    and the data files they name."""
     return list(_workload(experiment.name, src))
 
 
 @functools.cache
 def _workload(name: str, src: str) -> tuple[str, ...]:
     """:func:`workload`, once per experiment: Snakemake asks it for each of ~1,000 jobs."""
-    sources = experiments.get(name).sources()
     modules = [f"perfgrid.{path.removesuffix('.py').removesuffix('/__init__').replace('/', '.')}"
-               for path in sources if path.endswith(".py")]
+               for path in experiments.get(name).sources()]
     # the counting pass runs as a process of its own (counters.PASS_MODULE): no import
     # leads to it
-    return (*code_inputs(src, "perfgrid.bench", "perfgrid.counting_pass", *modules),
-            *(f"{src}/{path}" for path in sources if not path.endswith(".py")))
+    return tuple(code_inputs(src, "perfgrid.bench", "perfgrid.counting_pass", *modules))
 
 
 def merged_inputs(points: Iterable[tuple[Experiment, Point]], config: dict[str, Any],

@@ -68,11 +68,6 @@ class Entry:
     why_a_claim: str = ""
 
     @property
-    def two_sided(self) -> bool:
-        """An "about X" claim: reproduced when the truth is within the margin of X."""
-        return self.op == "~"
-
-    @property
     def counted(self) -> bool:
         return self.kind in COUNTED
 

@@ -26,7 +26,7 @@ MAX_REMEASURES = 2
 #: to tell a quarter busy from idle; whether the measurement itself was disturbed is
 #: judged over its own window), the pause before looking again, and how many looks
 #: before giving up (about 3 s). Every job pays a look, about 1,500 times a full run:
-#: 0.25 s cost 6.5 minutes of the 90 in one full run. A short look more often sees
+#: 0.25 s cost 6.5 minutes of one full run. A short look more often sees
 #: a moment's work between jobs (89 of 1,505 jobs in one full run, 88 of them
 #: quiet at the second look, which came 1 s later then): so the pause is short too
 SAMPLE_S = 0.1

@@ -236,12 +236,6 @@ def _ranks(values: np.ndarray) -> np.ndarray:
     return ((upper - counts + 1 + upper) / 2.0)[inverse]
 
 
-def _pearson(x: np.ndarray, y: np.ndarray) -> float:
-    x, y = x - x.mean(), y - y.mean()
-    den = float(np.sqrt((x * x).sum() * (y * y).sum()))
-    return float((x * y).sum() / den) if den > 0 else 0.0
-
-
 def priorities(jobs: list[Job], axes_of: dict[str, tuple[str, ...]]) -> dict[JobKey, int]:
     """Snakemake priorities of planned jobs: the first job gets the highest.
 
@@ -250,20 +244,3 @@ def priorities(jobs: list[Job], axes_of: dict[str, tuple[str, ...]]) -> dict[Job
     """
     return {job.key(axes_of[job.experiment]): -1 - place for place, job in enumerate(jobs)}
 
-
-def rank_correlation(order: list[float], axis: list[float]) -> float:
-    """Spearman's rank correlation between start order and an axis's values."""
-    if len(set(axis)) < 2 or len(order) < 3:
-        return float("nan")
-    return _pearson(_ranks(np.asarray(order, float)), _ranks(np.asarray(axis, float)))
-
-
-def correlation_bound(n: int, level: float = 0.99) -> float:
-    """Two-sided ``level`` bound of a rank correlation of ``n`` unrelated pairs.
-
-    Under no association Spearman's rho is about normal with variance
-    1/(n - 1); the 99 % bound is about 2.58/sqrt(n - 1).
-    """
-    from scipy.special import ndtri
-
-    return float(ndtri(0.5 + level / 2) / np.sqrt(max(n - 1, 1)))

@@ -205,12 +205,6 @@ class Layout:
         """An experiment's table: one row per grid point, one value a cell."""
         return self.root / "tables" / f"{experiment}.csv"
 
-    def side_table(self, experiment: str, side: str) -> Path:
-        """One of the table's side tables (:data:`SIDE_TABLES`), beside it."""
-        if side not in SIDE_TABLES:
-            raise ValueError(f"{side!r}: not a side table ({', '.join(SIDE_TABLES)})")
-        return side_tables_of(self.table(experiment))[side]
-
     def side_tables(self, experiment: str) -> list[Path]:
         """Every side table of an experiment's table, in :data:`SIDE_TABLES` order."""
         return list(side_tables_of(self.table(experiment)).values())

@@ -84,11 +84,6 @@ class Job:
         axes = experiments.get(self.experiment).axes
         return self.experiment, tuple(str(self.point[a]) for a in axes), self.round
 
-    @property
-    def args(self) -> list[str]:
-        """The harness's command words: :attr:`bench`, then :attr:`options`."""
-        return [*self.bench, *self.options]
-
     def to_json(self) -> dict[str, Any]:
         return {"experiment": self.experiment, "point": self.point,
                 "key": experiments.get(self.experiment).point_key(self.point),

@@ -38,36 +38,37 @@ the truth in about a third of simulated draws). :func:`reduce` returns a
 at levels that hold for all K at once (Bonferroni): it covers whatever the
 rows, at the price of width where K is large.
 
-The coverage of these intervals is checked by simulation in the tests.
+The coverage of these intervals is checked by simulation in the tests. The core that
+turns raw values into an estimate (the hierarchical bootstrap, the interval of one
+quantity) is perfgrid.interval, which the harness imports without this module.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import zlib
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
-from scipy import special as _sp  # not scipy.stats: every harness manager imports this module
+from scipy import special as _sp  # not scipy.stats: slow to import
 
-LEVEL = 0.95
-N_BOOT = 2000
-#: the fewest rounds a bootstrap over rounds is taken over (fewer: Student's t over them)
-BOOTSTRAP_ROUNDS = 3
+from perfgrid import interval
+from perfgrid.interval import (  # the interval core, named here too
+    LEVEL,
+    METHOD_HIERARCHICAL,
+    METHOD_NONE,
+    METHOD_ROUNDS,
+    METHOD_VALUES,
+    N_BOOT,
+    seed_for,
+)
 
-METHOD_HIERARCHICAL = "hierarchical bootstrap"
-METHOD_VALUES = "bootstrap of values (one process: within-process noise only)"
-METHOD_ROUNDS = "hierarchical bootstrap over rounds"
 METHOD_PAIRED = "paired over rounds (t over blocks)"
 METHOD_BOUNDS = "simultaneous bounds (Bonferroni over the rows reduced)"
 METHOD_POISSON = "exact Poisson bounds on a count (Garwood)"
 METHOD_BINOMIAL = "exact binomial bounds on a count (Clopper-Pearson)"
-METHOD_NONE = "none"
 #: "at the threshold": an undecided interval wholly within this relative margin of it
 AT_THRESHOLD = 0.05
 #: the words that begin the reason of a row the claims left out (perfgrid.analysis.quiet):
@@ -75,26 +76,9 @@ AT_THRESHOLD = 0.05
 LEFT_OUT = "left out of claims"
 
 
-#: the level intervals take where none is given: LEVEL, or :func:`decision_level`'s
-_decision = [LEVEL]
-
-
-@contextmanager
-def decision_level(level: float) -> Iterator[None]:
-    """Intervals inside take ``level`` by default (``1 - 0.05 / k`` keeps the chance of any
-    false decision among k claims judged at once under 5 %: Bonferroni)."""
-    if not 0 < level < 1:
-        raise ValueError(f"level {level!r}; allowed: between 0 and 1")
-    _decision.append(float(level))
-    try:
-        yield
-    finally:
-        _decision.pop()
-
-
 def current_level() -> float:
-    """The level intervals take by default here (:func:`decision_level`)."""
-    return _decision[-1]
+    """The level intervals take where none is given (:data:`LEVEL`)."""
+    return LEVEL
 
 
 @dataclass(frozen=True)
@@ -147,20 +131,10 @@ class Estimate:
         return self.dev is not None and np.isfinite(self.value) and self.value > 0
 
     def interval(self, level: float | None = None) -> tuple[float, float] | None:
-        """The ``level`` interval (:func:`decision_level`'s, by default): Student's t about
-        the log value where :attr:`se` is known, else bootstrap percentiles widened by
-        t(df)/z."""
-        level = level or current_level()
-        if not self.has_interval:
-            return None
-        alpha = (1 - level) / 2
-        centre = float(np.log(self.value))
-        if self.se is not None and self.se > 0 and np.isfinite(self.df):
-            half = float(_sp.stdtrit(self.df, 1 - alpha)) * self.se
-            return float(np.exp(centre - half)), float(np.exp(centre + half))
-        lo, hi = np.quantile(self.dev, [alpha, 1 - alpha])
-        widen = float(_sp.stdtrit(self.df, 1 - alpha)) / float(_sp.ndtri(1 - alpha))
-        return float(np.exp(centre + widen * lo)), float(np.exp(centre + widen * hi))
+        """The ``level`` interval (95 % by default): Student's t about the log value where
+        :attr:`se` is known, else bootstrap percentiles widened by t(df)/z
+        (:func:`perfgrid.interval.bounds`)."""
+        return interval.bounds(self.value, self.dev, self.df, self.se, level or LEVEL)
 
     @property
     def ci_rel(self) -> float:
@@ -383,7 +357,7 @@ class Bounds:
     def interval(self, level: float | None = None) -> Interval | None:
         if not (np.isfinite(self.value) and self.value > 0):
             return None
-        return self._bounds(level or current_level())
+        return self._bounds(level or LEVEL)
 
     @property
     def has_interval(self) -> bool:
@@ -693,7 +667,7 @@ class Share(Bounds):
     def interval(self, level: float | None = None) -> Interval | None:
         if not (np.isfinite(self.value) and 0 <= self.value <= 1):
             return None
-        return self._bounds(level or current_level())
+        return self._bounds(level or LEVEL)
 
 
 # -- from exact counts -------------------------------------------------------
@@ -714,7 +688,7 @@ class Counted(Bounds):
     def interval(self, level: float | None = None) -> Interval | None:
         if not (np.isfinite(self.value) and self.value >= 0):
             return None
-        return self._bounds(level or current_level())
+        return self._bounds(level or LEVEL)
 
 
 def poisson_rate(events: int, units: float, allowance: float = 0.0) -> Counted:
@@ -757,102 +731,24 @@ def binomial_share(hits: int, trials: int, reason: str = "") -> Counted:
     return Counted(k, n, bounds, METHOD_BINOMIAL, reason)
 
 
-# -- from raw values ---------------------------------------------------------
-def seed_for(*keys: Any) -> int:
-    """A stable seed from what identifies a point, so a table's intervals are repeatable."""
-    return zlib.crc32(json.dumps(keys, sort_keys=True, default=str).encode())
-
-
-def by_round(processes: Sequence[Sequence[float]],
-             rounds: Sequence[Any] | None) -> list[list[float]]:
-    """Values pooled by round (the outer level when a point was measured in rounds).
-
-    With fewer than two rounds the processes stay the outer level.
-    """
-    if rounds is None or len(set(rounds)) < 2:
-        return [list(g) for g in processes]
-    if len(rounds) != len(processes):
-        raise ValueError(f"{len(rounds)} round labels for {len(processes)} processes")
-    pooled: dict[Any, list[float]] = {}
-    for label, group in zip(rounds, processes, strict=True):
-        pooled.setdefault(label, []).extend(group)
-    return list(pooled.values())
-
-
+# -- from raw values: the interval core (perfgrid.interval) as an Estimate ---------------
 def mean_estimate(processes: Sequence[Sequence[float]], seed: int = 0,
                   n_boot: int = N_BOOT, rounds: Sequence[Any] | None = None) -> Estimate:
-    """The mean of positive values grouped by worker process (per-loop times, CPU shares).
-
-    ``rounds`` labels each process with the job (round) that measured it; with
-    two or more rounds, rounds are the outer level of the bootstrap and of the
-    variance (Kalibera and Jones: the highest level that varies dominates). A bootstrap
-    over two rounds knows three resamples (it covered about 93 %): with fewer than
-    :data:`BOOTSTRAP_ROUNDS` rounds the interval is Student's t over the round means
-    instead (``rounds - 1`` df; its deviations normal draws, for combining).
-    """
-    outer = by_round(processes, rounds)
-    groups = [np.asarray(g, dtype=float) for g in outer if len(g)]
-    pooled_rounds = rounds is not None and len(set(rounds)) >= 2
-    values = np.concatenate(groups) if groups else np.array([])
-    if values.size == 0:
-        return Estimate.unknown(float("nan"), "no values")
-    mean = float(values.mean())
-    if not (np.all(values > 0) and np.all(np.isfinite(values))):
-        return Estimate.unknown(mean, "non-positive or non-finite values")
-    if values.size == 1:
-        return Estimate.unknown(mean, "one value")
-    rng = np.random.default_rng(seed)
-    w = len(groups)
-    if w >= 2:
-        target = float(np.var(np.log([g.mean() for g in groups]), ddof=1)) / w
-        df, method = w - 1, METHOD_ROUNDS if pooled_rounds else METHOD_HIERARCHICAL
-    else:
-        target = float(np.var(np.log(values), ddof=1)) / values.size
-        df, method = values.size - 1, METHOD_VALUES
-    if target <= 0:
-        return Estimate.unknown(mean, "all values identical: spread unknown")
-    se = None
-    if pooled_rounds and w < BOOTSTRAP_ROUNDS:
-        se = float(np.sqrt(target))
-        # seeded by the data too: two points of one seed still draw independently
-        means = np.round(np.log([g.mean() for g in groups]), 12).tolist()
-        dev = np.random.default_rng(seed_for(seed, *means)).standard_normal(n_boot)
-        dev = (dev - dev.mean()) / dev.std() * se
-    else:
-        reps = _hierarchical_means(groups, rng, n_boot)
-        dev = np.log(reps) - np.log(mean)
-        spread = float(np.var(dev))
-        dev = (dev * np.sqrt(target / spread) if spread > 0
-               else rng.normal(0, np.sqrt(target), n_boot))
-    blocks = None
-    if pooled_rounds:  # the rounds' own means, for a ratio paired round by round
-        labels = list(dict.fromkeys(rounds or []))
-        blocks = {label: float(np.log(np.mean(g))) for label, g in zip(labels, outer,
-                                                                         strict=True) if g}
-    return Estimate(mean, dev, float(df), method, "", blocks, se=se)
-
-
-def _hierarchical_means(groups: list[np.ndarray], rng: np.random.Generator,
-                        n_boot: int) -> np.ndarray:
-    """Grand means of ``n_boot`` resamples: processes with replacement, then values within."""
-    w = len(groups)
-    sizes = np.array([g.size for g in groups])
-    width = int(sizes.max())
-    padded = np.zeros((w, width))
-    for i, g in enumerate(groups):
-        padded[i, : g.size] = g
-    chosen = rng.integers(0, w, size=(n_boot, w)) if w > 1 else np.zeros((n_boot, 1), int)
-    n = sizes[chosen]                                           # (B, W)
-    picks = (rng.random((n_boot, chosen.shape[1], width)) * n[..., None]).astype(int)
-    drawn = padded[chosen[..., None], picks]                    # (B, W, width)
-    mask = np.arange(width)[None, None, :] < n[..., None]
-    return (drawn * mask).sum(axis=(1, 2)) / mask.sum(axis=(1, 2))
+    """The mean of positive values grouped by worker process (:func:`perfgrid.interval.mean`:
+    ``rounds`` label each process with the round that measured it)."""
+    return _estimate(interval.mean(processes, seed, n_boot, rounds))
 
 
 def rate(processes: Sequence[Sequence[float]], work_per_loop: float, seed: int = 0,
          rounds: Sequence[Any] | None = None) -> Estimate:
-    """Work per second of one point: ``work_per_loop`` over the mean per-loop time."""
-    return work_per_loop / mean_estimate(processes, seed, rounds=rounds)
+    """Work per second of one point: ``work_per_loop`` over the mean per-loop time, as the
+    harness computes it (:func:`perfgrid.interval.rate`)."""
+    return _estimate(interval.rate(processes, work_per_loop, seed, rounds))
+
+
+def _estimate(found: interval.Replicates) -> Estimate:
+    return Estimate(found.value, found.dev, found.df, found.method, found.reason, found.blocks,
+                    se=found.se)
 
 
 # -- verdicts ----------------------------------------------------------------
@@ -902,7 +798,7 @@ def decide(quantity: Estimate | Bounds, op: str, threshold: float, spec: str = "
     if bounds is None:
         return "inconclusive", f"no interval: {quantity.reason or 'one value'}"
     lo, hi = bounds
-    level = current_level()
+    level = LEVEL
     text = f"{level:.0%} interval {lo:{spec}}-{hi:{spec}}{unit}"
     own = quantity.interval()
     if own is not None and tuple(own) != (lo, hi):
@@ -1013,7 +909,7 @@ def rounds_to_settle(quantity: Estimate | Bounds, threshold: float,
         blocks = int(round(quantity.df)) + 1
     else:
         return None
-    level = level or current_level()
+    level = level or LEVEL
     eq_level = equivalence_level(level)
     bounds, near = quantity.interval(level), quantity.interval(eq_level)
     if blocks < 2 or bounds is None or near is None:

@@ -195,14 +195,12 @@ class Experiment:
     #: the Erlang module (``erlang/<module>.erl`` in its package) of the erlang variants,
     #: or None
     erlang_module: ClassVar[str | None] = None
-    #: perfgrid modules a job runs beyond the experiment's own package (paths under
-    #: ``src/perfgrid/``): editing one reruns this experiment's jobs
-    code: ClassVar[tuple[str, ...]] = ()
 
     def sources(self) -> list[str]:
         """The job's code, under ``src/perfgrid/``: every module of its package but
-        ``analysis.py`` (editing the plots or claims reruns no job), then :attr:`code`."""
-        return [*_module_files(type(self).__module__), *self.code]
+        ``analysis.py`` (editing the plots or claims reruns no job); what they import is
+        found by reading them (perfgrid.codeinputs)."""
+        return list(_module_files(type(self).__module__))
 
     def tools(self) -> dict[str, Tool]:
         """Installed programs its jobs run beyond perfgrid.machine's ``TOOL_VERSION`` and

@@ -168,9 +168,10 @@ SEED_SCALE = {"tasks": 500_000, "rounds": 10, "max_sleep": 10.0}
 #: the storms the seed-scale claims compare (analysis.py): the fastest Python setting
 #: and Erlang itself
 SEED_SCALE_CLAIMED = {**SEED_SCALE, "variant": ["uvloop", "erlang"]}
-#: rounds of a seed-scale claim point, by (variant, seeding), rather than
-#: ``measure.claims.rounds``: three of uvloop's storm with identical seeding (~65 s), four
-#: of Erlang's, which decide their wall-time claims (four gave intervals of +/- 0.4 %
+#: rounds of a seed-scale claim point at most, by (variant, seeding), and no more than
+#: ``measure.claims.rounds`` (3 in the full run, so Erlang's identical storm gets 3 there):
+#: three of uvloop's storm with identical seeding (~65 s), four of Erlang's, which decide
+#: their wall-time claims (four gave intervals of +/- 0.4 %
 #: (uvloop, at the threshold of 1.10x) and +/- 1.5 % (Erlang, 1.18-1.21x) in two full
 #: runs; with three, Erlang's storms each read 1.17-1.25x in two other runs, and one
 #: interval at 2 df reached down to 1.09x); two of one with independent seeding
