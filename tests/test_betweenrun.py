@@ -83,7 +83,7 @@ def test_tau_comes_from_records_of_the_run_s_kind_and_design_only(shipped) -> No
     assert intel.tau < 0.03
     none = _tau(betweenrun.Judging(kind="AMD EPYC 9654 x16", design="d1", started=5000.0))
     assert none.source == "none" and none.tau == 0.0
-    assert "no recorded run of this machine kind" in none.words
+    assert "NO record of this machine kind and design" in none.words
 
 
 def test_runs_after_the_run_judged_or_the_run_itself_never_count(shipped) -> None:

@@ -342,6 +342,10 @@ def component(experiment: str, runtime: str | None, hypothesis: str | None,
                          "the machine kind is unknown (no machine.json): no between-run "
                          "component", scale=scale)
     found = records(run)
+    recorded = int(found["run_id"].nunique()) if not found.empty else 0
+    few = ("NO record of this machine kind and design" if not recorded else
+           f"only {recorded} recorded run of this machine kind and design, too few for a "
+           f"spread between runs")
     if not found.empty:
         found = found.assign(quantity=found["quantity"].fillna("ratio"))
         mine = found[(found["experiment"] == experiment) & (found["runtime"] == runtime)
@@ -371,13 +375,13 @@ def component(experiment: str, runtime: str | None, hypothesis: str | None,
             tau2, how = _shrunk(own, like)
             runs = int(old["run_id"].nunique())
             return Component(math.sqrt(tau2), "legacy", runs, kind, design,
-                             f"NO record of this machine kind and design; instead the legacy "
+                             f"{few}; instead the legacy "
                              f"record: {runs} runs of {kind} of mixed earlier designs, "
                              f"intervals read as t with {LEGACY_DF:g} df: {how}",
                              scale=scale)
     return Component(0.0, "none", 0, kind, design,
-                     f"no recorded run of this machine kind ({kind}) and design ({design}): "
-                     f"the interval holds the noise inside this run only", scale=scale)
+                     f"{few} ({kind}, {design}), and no legacy record of the kind: the "
+                     f"interval holds the noise inside this run only", scale=scale)
 
 
 def describe(claims: Any) -> str:
@@ -396,7 +400,8 @@ def describe(claims: Any) -> str:
     parts = "; ".join(f"{n} claims {src}" for src, n in counts.items() if src)
     none = not any(s.startswith("from ") for s in counts.index)
     head = (f"This run's machine kind is {kind} and its design {design}. " + (
-        "THERE IS NO RECORD OF THIS MACHINE KIND AND DESIGN: " if none else ""))
+        "THERE ARE TOO FEW RECORDED RUNS OF THIS MACHINE KIND AND DESIGN (fewer than two): "
+        if none else ""))
     return (f"{head}Each interval holds a between-run standard deviation (tau) on the "
             f"claim's own scale, estimated without bias from recorded runs of the same "
             f"kind and design before this one where there are any ({parts}). Column "
