@@ -103,6 +103,7 @@ def test_a_seventh_experiment_breaks_no_test_of_shared_code(tmp_path):
     for name in ("tests", "docs"):
         shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy2(REPO / "pyproject.toml", root)  # the markers
+    shutil.copy2(REPO / "README.md", root)  # its Layout names every module
     place = free_place()
     for name, text in guide_files().items():
         text = re.sub(r"\btoy\b", SEVENTH, text).replace("Toy", SEVENTH.title())
