@@ -54,14 +54,16 @@ class Boundaries:
 
 def boundaries(op: str, threshold: float, margin: float, scale: str = "log") -> Boundaries:
     """The rule of ``op threshold`` within ``margin`` (stats.band) on ``scale``."""
-    to = _to_scale(scale)
+    to = to_scale(scale)
     if not threshold > 0:
         return Boundaries(op, to(threshold) if threshold > 0 else -math.inf, None)
     low, high = threshold / (1 + margin), threshold * (1 + margin)
     return Boundaries(op, to(threshold), (to(low), to(high)))
 
 
-def _to_scale(scale: str):
+def to_scale(scale: str):
+    """The map from a claim's value to its scale (log, or logit for a share): the ends of
+    the range go to -inf and inf."""
     if scale == "logit":
         return lambda p: (math.log(p / (1 - p)) if 0 < p < 1
                           else (math.inf if p >= 1 else -math.inf))
@@ -118,27 +120,40 @@ def _widen(side: np.ndarray, tau: float, level: float) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Prior:
-    """A within-run variance prior (perfgrid.betweenrun.smyth_prior) as the claim's runs
-    use it: ``s0_2`` and ``d0``, each run's own ``df`` and the variance ratio past which a
-    run keeps its own spread (perfgrid.analysis.moderate's guard)."""
+    """A within-run variance prior (perfgrid.betweenrun.smyth_prior) as a claim's runs use
+    it, on the claim's scale: ``s0_2`` and ``d0`` (at most 1e6: inf is the prior alone),
+    each run's own ``df``, and the quantile of F(df, d0) past which a run's variance ratio
+    keeps its own spread (the guard: a disturbed run is not made sure)."""
 
     s0_2: float
     d0: float
     df: float
     f_crit: float
 
+    @classmethod
+    def of(cls, s0_2: float, d0: float, df: float, guard: float) -> Prior:
+        d0 = min(d0, 1e6)
+        return cls(s0_2, d0, df, float(sps.f.ppf(guard, df, d0)))
+
+    def moderated(self, s2: np.ndarray | float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(variance, df, kept) of runs whose own variance is ``s2``: Smyth's
+        ``(d0 s0^2 + df s^2) / (d0 + df)`` on ``d0 + df`` df, or, past the guard (kept),
+        their own on ``df``."""
+        s2 = np.asarray(s2, dtype=float)
+        kept = s2 / self.s0_2 > self.f_crit
+        var = np.where(kept, s2, (self.d0 * self.s0_2 + self.df * s2) / (self.d0 + self.df))
+        return var, np.where(kept, self.df, self.d0 + self.df), kept
+
 
 def _next_sides_moderated(sigma2: np.ndarray, prior: Prior, rng: np.random.Generator
                           ) -> tuple[np.ndarray, ...]:
     """The next run's within-run sides (95 % and 90 %, symmetric t) when its spread is
     moderated as this run's was, the guard included."""
-    own = sigma2 * rng.chisquare(prior.df, sigma2.size) / prior.df
-    d0 = min(prior.d0, 1e6)
-    moderated = (d0 * prior.s0_2 + prior.df * own) / (d0 + prior.df)
-    kept = own / prior.s0_2 > prior.f_crit
-    se = np.sqrt(np.where(kept, own, moderated))
-    q95 = np.where(kept, sps.t.ppf(0.975, prior.df), sps.t.ppf(0.975, d0 + prior.df))
-    q90 = np.where(kept, sps.t.ppf(0.95, prior.df), sps.t.ppf(0.95, d0 + prior.df))
+    var, _, kept = prior.moderated(sigma2 * rng.chisquare(prior.df, sigma2.size) / prior.df)
+    se = np.sqrt(var)
+    moderated_df = prior.d0 + prior.df
+    q95 = np.where(kept, sps.t.ppf(0.975, prior.df), sps.t.ppf(0.975, moderated_df))
+    q90 = np.where(kept, sps.t.ppf(0.95, prior.df), sps.t.ppf(0.95, moderated_df))
     return q95 * se, q95 * se, q90 * se, q90 * se
 
 
@@ -204,7 +219,7 @@ def sides_of(estimate: float, ci: tuple[float, float], eq: tuple[float, float],
              se: float, df: float, tau: float, scale: str = "log") -> Sides:
     """The within-run sides of an interval ``ci`` (95 %) and ``eq`` (90 %) that holds a
     between-run ``tau``, on ``scale``: each side's tau part taken back out."""
-    to = _to_scale(scale)
+    to = to_scale(scale)
 
     def inner(side: float, level: float) -> float:
         z = float(sps.norm.ppf(0.5 + level / 2))

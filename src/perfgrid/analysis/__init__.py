@@ -33,7 +33,6 @@ from perfgrid import ledger
 from perfgrid.stats import (
     LEFT_OUT,
     LEVEL,
-    METHOD_PAIRED,
     SETTLE_MAX,
     Estimate,
     Share,
@@ -154,7 +153,8 @@ def judged(experiment: str, hypothesis: str, criterion: str, quantity: Estimate,
     widen = quantity.inner if share else quantity
     # on the log scale a share's logit-scale figures are (1 - p) times as large
     to_log = (1 - widen.value) if share and 0 < widen.value < 1 else 1.0
-    widen, moderated = moderate(widen, found, to_log)
+    prior = prior_of(widen, found)
+    widen, moderated = moderate(widen, prior, found.runs, to_log)
     inner = widen
     tau = found.tau * to_log
     quantity = Share(widen) if share else widen
@@ -177,61 +177,48 @@ def judged(experiment: str, hypothesis: str, criterion: str, quantity: Estimate,
     run = betweenrun.current()
     sure = sureness(float(quantity.value), bounds, near, se, df, found.tau, op,
                     float(threshold), margin, scale, verdict,
-                    f"{experiment}|{runtime}|{hypothesis}", prior_of(widen, found))
+                    f"{experiment}|{runtime}|{hypothesis}", prior)
     return Claim(experiment, hypothesis, criterion, measured, verdict, runtime,
                  f"{reason}; {note}" if note else reason, float(quantity.value),
                  bounds[0], bounds[1], op, float(threshold), unit, why, words, level,
                  "; ".join(sorted(points)), near[0], near[1], found.tau, scale=scale,
                  se=se, df=df, tau_from=found.words, **sure,
-                 machine_kind=found.kind if run.kind else "", design=run.design or "",
+                 machine_kind=run.kind or "", design=run.design or "",
                  boot_id=run.boot_id or "",
                  run_started=float(run.started) if run.started is not None else math.nan)
 
 
-def moderate(quantity: Estimate | Any, found: Any, to_log: float = 1.0) -> tuple[Any, str]:
-    """``quantity`` with its within-run variance moderated toward the prior its earlier
-    runs of this kind and design tell (Smyth 2004: ``(d0 s0^2 + df s^2) / (d0 + df)`` on
-    ``d0 + df`` degrees of freedom), and words for its basis; as it is where there is no
-    prior or it is no Student t interval over rounds (``se`` and a finite ``df``).
-    ``to_log`` turns the prior's scale (logit, for a share) into the log scale."""
-    import dataclasses
-
-    from scipy import stats as sps
-
-    if (found.prior_s2 is None or found.prior_df is None or not isinstance(quantity, Estimate)
-            or quantity.se is None or not np.isfinite(quantity.df) or quantity.df <= 0):
-        return quantity, ""
-    s0 = found.prior_s2 * to_log**2
-    d0 = min(found.prior_df, 1e6)
-    df = quantity.df
-    # the guard: a run far noisier than its prior predicts (its variance ratio past the
-    # F(df, d0) quantile GUARD) keeps its own spread, so a disturbed run is not made sure
-    if quantity.se**2 / s0 > float(sps.f.ppf(GUARD, df, d0)):
-        return quantity, (f"; spread kept: noisier than its earlier runs predict (F test "
-                          f"at {GUARD:.0%})")
-    var = (d0 * s0 + df * quantity.se**2) / (d0 + df)
-    se = math.sqrt(var)
-    dev = None if quantity.dev is None else quantity.dev * (se / quantity.se)
-    return (dataclasses.replace(quantity, se=se, df=d0 + df, dev=dev),
-            f"; spread moderated by {found.runs} earlier runs (prior df {d0:.3g}, "
-            f"now {d0 + df:.3g} df)")
-
-
 def prior_of(quantity: Any, found: Any) -> Any:
-    """The moderation a claim's runs share (perfgrid.readings.Prior), where its quantity
-    is a Student t interval over rounds and its earlier runs tell a prior; else None."""
-    from scipy import stats as sps
-
+    """The within-run prior its earlier runs tell (found: betweenrun.component) for a
+    quantity with a Student t interval about its estimate (``se`` and a finite ``df``),
+    as perfgrid.readings.Prior, on the claim's scale; None otherwise."""
     from perfgrid.readings import Prior
 
     if (found.prior_s2 is None or found.prior_df is None or not isinstance(quantity, Estimate)
-            or quantity.se is None or quantity.method != METHOD_PAIRED):
+            or quantity.se is None or not np.isfinite(quantity.df) or quantity.df <= 0):
         return None
-    df_run = float(len(quantity.blocks or {}) - 1)
-    if df_run < 1:
-        return None
-    d0 = min(found.prior_df, 1e6)
-    return Prior(found.prior_s2, d0, df_run, float(sps.f.ppf(GUARD, df_run, d0)))
+    return Prior.of(found.prior_s2, found.prior_df, float(quantity.df), GUARD)
+
+
+def moderate(quantity: Estimate | Any, prior: Any, runs: int,
+             to_log: float = 1.0) -> tuple[Any, str]:
+    """``quantity`` with its within-run variance moderated by ``prior`` (:func:`prior_of`,
+    readings.Prior.moderated: Smyth's ``(d0 s0^2 + df s^2) / (d0 + df)`` on ``d0 + df``
+    df, unless past the guard), and words for its basis; as it is without a prior.
+    ``to_log`` turns the prior's scale (logit, for a share) into the log scale."""
+    import dataclasses
+
+    if prior is None:
+        return quantity, ""
+    var, df, kept = prior.moderated((quantity.se / to_log) ** 2)
+    if kept:
+        return quantity, (f"; spread kept: noisier than its earlier runs predict (F test "
+                          f"at {GUARD:.0%})")
+    se = math.sqrt(float(var)) * to_log
+    dev = None if quantity.dev is None else quantity.dev * (se / quantity.se)
+    return (dataclasses.replace(quantity, se=se, df=float(df), dev=dev),
+            f"; spread moderated by {runs} earlier runs (prior df {prior.d0:.3g}, "
+            f"now {float(df):.3g} df)")
 
 
 def within_se(quantity: Any, to_log: float = 1.0) -> tuple[float, float]:
@@ -261,7 +248,7 @@ def sureness(value: float, bounds: tuple[float, float], near: tuple[float, float
     if not (value > 0 and se > 0 and all(np.isfinite(bounds)) and all(np.isfinite(near))
             and op in ("~", ">=", ">", "<=", "<") and np.isfinite(threshold)):
         return empty
-    to = (lambda p: math.log(p / (1 - p))) if scale == "logit" else math.log
+    to = readings.to_scale(scale)
     if scale == "logit" and not 0 < value < 1:
         return empty
     if min(bounds[0], near[0]) <= 0 or (scale == "logit" and max(bounds[1], near[1]) >= 1):
