@@ -332,6 +332,20 @@ def _trigamma_inverse(x: float) -> float:
     return y
 
 
+def _estimated(frame: Any, claim: tuple[Any, ...], like_rows: Any) -> tuple[Any, Any]:
+    """(the claim's own rows, ((tau^2, how), its own moments) or None where neither it
+    nor a like claim tells a spread): its own moments shrunk toward those of the other
+    claims among ``like_rows`` (a mask of ``frame``; None: all), :func:`_shrunk`."""
+    mine = frame[(frame[CLAIM] == list(claim)).all(axis=1)]
+    own = moments(mine) if len(mine) >= 2 else None
+    pool = frame if like_rows is None else frame[like_rows]
+    like = [m for key, rows in pool.groupby(CLAIM) if key != claim
+            and (m := moments(rows)) is not None]
+    if own is None and not like:
+        return mine, None
+    return mine, (_shrunk(own, like), own)
+
+
 def component(experiment: str, runtime: str | None, hypothesis: str | None,
               quantity: str = "ratio", scale: str = "log") -> Component:
     """The between-run component of a claim for the run being judged (:func:`judging`)."""
@@ -341,38 +355,29 @@ def component(experiment: str, runtime: str | None, hypothesis: str | None,
         return Component(0.0, "none", 0, kind, design,
                          "the machine kind is unknown (no machine.json): no between-run "
                          "component", scale=scale)
+    claim = (experiment, runtime, hypothesis)
     found = records(run)
     recorded = int(found["run_id"].nunique()) if not found.empty else 0
     few = ("NO record of this machine kind and design" if not recorded else
            f"only {recorded} recorded run of this machine kind and design, too few for a "
            f"spread between runs")
-    if not found.empty:
+    if recorded:
         found = found.assign(quantity=found["quantity"].fillna("ratio"))
-        mine = found[(found["experiment"] == experiment) & (found["runtime"] == runtime)
-                     & (found["hypothesis"] == hypothesis)]
-        own = moments(mine) if len(mine) >= 2 else None
-        like = [m for key, rows in found[found["quantity"] == quantity].groupby(CLAIM)
-                if key != (experiment, runtime, hypothesis)
-                and (m := moments(rows)) is not None]
-        if own is not None or like:
-            tau2, how = _shrunk(own, like)
+        mine, estimated = _estimated(found, claim, found["quantity"] == quantity)
+        if estimated is not None:
+            (tau2, how), own = estimated
             prior = smyth_prior(mine["se"], float(mine["df"].median())) if len(mine) else None
-            runs = int(found["run_id"].nunique())
             return Component(math.sqrt(tau2), "claim" if own and own.runs >= OWN_RUNS
-                             else "like claims", runs, kind, design,
-                             f"from {runs} recorded runs of this machine kind ({kind}) and "
-                             f"design ({design}): {how}", prior[0] if prior else None,
+                             else "like claims", recorded, kind, design,
+                             f"from {recorded} recorded runs of this machine kind ({kind}) "
+                             f"and design ({design}): {how}", prior[0] if prior else None,
                              prior[1] if prior else None, scale)
     old = legacy(run.kind)
     if not old.empty:
-        mine = old[(old["experiment"] == experiment) & (old["runtime"] == runtime)
-                   & (old["hypothesis"] == hypothesis)]
-        own = moments(mine) if len(mine) >= 2 else None
-        like = [m for key, rows in old.groupby(CLAIM)
-                if key != (experiment, runtime, hypothesis)
-                and (m := moments(rows)) is not None]
-        if own is not None or like:
-            tau2, how = _shrunk(own, like)
+        # the legacy record keeps no units: every claim is like every other
+        _, estimated = _estimated(old, claim, None)
+        if estimated is not None:
+            (tau2, how), _ = estimated
             runs = int(old["run_id"].nunique())
             return Component(math.sqrt(tau2), "legacy", runs, kind, design,
                              f"{few}; instead the legacy "
