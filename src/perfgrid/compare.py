@@ -186,12 +186,14 @@ def adjust(tables: dict[str, pd.DataFrame], q: float = Q) -> dict[str, pd.DataFr
     return frames
 
 
-def _claims(root: Path, name: str, table: pd.DataFrame) -> dict[tuple[str, str], Any]:
-    """An experiment's claims on one result set's table, by (runtime, hypothesis)."""
+def _claims(root: Path, run: Any, name: str, table: pd.DataFrame
+            ) -> dict[tuple[str, str], Any]:
+    """An experiment's claims on one result set's table, by (runtime, hypothesis), judged
+    for its run (betweenrun.run_of)."""
     from perfgrid import betweenrun
 
     try:
-        with betweenrun.judging(betweenrun.run_of(root)):
+        with betweenrun.judging(run):
             claims = analysis.claims_of(name, table)
     except KeyError as err:  # a hand-made or cut-down table
         raise ValueError(f"{Layout(root).table(name)}: missing column {err}, which "
@@ -203,10 +205,13 @@ def verdict_changes(a: Path, b: Path, names: list[str],
                     tables: dict[str, tuple[pd.DataFrame, pd.DataFrame]] | None = None
                     ) -> pd.DataFrame:
     """The claims whose verdict differs between the two result sets."""
+    from perfgrid import betweenrun
+
     rows = []
+    run_a, run_b = betweenrun.run_of(a), betweenrun.run_of(b)  # once per set, not per name
     for name in names:
         ta, tb = (tables or {}).get(name) or (read_table(a, name), read_table(b, name))
-        ca, cb = _claims(a, name, ta), _claims(b, name, tb)
+        ca, cb = _claims(a, run_a, name, ta), _claims(b, run_b, name, tb)
         for key in ca.keys() & cb.keys():
             if ca[key].verdict != cb[key].verdict:
                 rows.append({"experiment": name, "runtime": key[0], "hypothesis": key[1],
