@@ -41,7 +41,7 @@ import math
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -270,7 +270,6 @@ class Component:
     prior_s2: float | None = None
     prior_df: float | None = None
     scale: str = "log"
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 def _shrunk(own: Moments | None, like: list[Moments]) -> tuple[float, str]:
