@@ -31,6 +31,7 @@ from scipy import stats as sps
 
 from perfgrid import betweenrun, claimrow, compare
 from perfgrid.atomic import atomic_path
+from perfgrid.gallery import check_distinct
 from perfgrid.paths import Layout
 from perfgrid.report.claims import read_claims
 
@@ -45,28 +46,6 @@ COLUMNS = [*KEY, "kind", "counted", "present", "verdict_a", "verdict_b", "readin
            "contradiction", "flip", "value_a", "ci_low_a", "ci_high_a", "level_a",
            "value_b", "ci_low_b", "ci_high_b", "level_b", "unit", "scale", "d", "se", "df",
            "tau", "p", "q", "flagged", "estimate_test"]
-
-
-class SameRun(ValueError):
-    """Two sources that are one run: judged or pooled as two, it would count twice."""
-
-
-def check_distinct(roots: list[Path], sources: list[str]) -> None:
-    """Refuse two sources that are one run (perfgrid.gallery.run_identity: the same raw
-    result files, or the same run.json): a run against its copy agrees with itself, and
-    pooled twice one run would count as two and narrow the interval. SameRun naming both."""
-    from perfgrid.gallery import run_identity
-
-    seen: dict[tuple[str, str], int] = {}
-    for n, (root, source) in enumerate(zip(roots, sources, strict=True)):
-        identity = run_identity(root)
-        for kind in ("raw", "run"):
-            value = identity.get(kind)
-            if value and seen.setdefault((kind, value), n) != n:
-                why = (f"the same raw result files (sha256 {value[:12]})" if kind == "raw"
-                       else "the same run.json (one start of the pipeline)")
-                raise SameRun(f"refused, nothing written: {sources[seen[kind, value]]} and "
-                              f"{source} are the same run: {why}; give each run once")
 
 
 def _pair_tau(ra: pd.Series, rb: pd.Series) -> float:

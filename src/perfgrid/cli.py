@@ -162,12 +162,13 @@ def _aa_judge(args: argparse.Namespace) -> None:
     """``aa RUN_A RUN_B``: two runs judged claim by claim on their estimates (perfgrid.aa).
     Exit status 0 whatever it finds: the judging is information, not a test."""
     from perfgrid import aa
+    from perfgrid.gallery import SameRun
 
     a, b = args.snakemake_args
     out = Path(args.out or Path(args.results) / "compare" / f"aa-{aa.label(a)}-{aa.label(b)}")
     try:
         result = aa.main(a, b, out)
-    except aa.SameRun as err:  # a run against itself: a usage error, exit 2
+    except SameRun as err:  # a run against itself: a usage error, exit 2
         print(f"perfgrid aa: {err}", file=sys.stderr)
         raise SystemExit(2) from None
     print(f"perfgrid aa: A = {a} ({result['claims'][0]} claims), "
@@ -190,13 +191,14 @@ def _aa_command(args: argparse.Namespace) -> None:
 def _pool(args: argparse.Namespace) -> None:
     """``pool RUN RUN ...``: several runs of one machine pooled per claim (perfgrid.pooling).
     Exit 2 where two sources are one run, 1 for another error."""
-    from perfgrid import aa, pooling
+    from perfgrid import pooling
+    from perfgrid.gallery import SameRun
 
     try:
         result = pooling.main(args.runs, Path(args.out))
     except ValueError as err:
         print(f"perfgrid pool: {err}", file=sys.stderr)
-        raise SystemExit(2 if isinstance(err, aa.SameRun) else 1) from None
+        raise SystemExit(2 if isinstance(err, SameRun) else 1) from None
     counts = ", ".join(f"{n} {v}" for v, n in sorted(result["counts"].items()))
     print(f"perfgrid pool: {len(args.runs)} runs, {len(result['table'])} claims "
           f"(seed and project: {counts}); written to {result['path']}")

@@ -179,23 +179,33 @@ def run_identity(root: Path) -> dict[str, str]:
     return out
 
 
-def check_runs(machines: list[Machine]) -> None:
-    """Each source is a run of its own: two with the same raw result files, or the same
-    run.json, are one run read twice (a folder and its copy or its archive). Pooling them
-    would count one machine as two and narrow its interval: refused, naming both."""
-    seen: dict[tuple[str, str], Machine] = {}
-    for m in machines:
-        identity = run_identity(m.root)
+class SameRun(ValueError):
+    """Two sources that are one run: judged or pooled as two, it would count twice."""
+
+
+def check_distinct(roots: list[Path], sources: list[str], counts_as: str = "") -> None:
+    """Refuse two sources that are one run (:func:`run_identity`: the same raw result
+    files, or the same run.json): a run against its copy agrees with itself, and pooled
+    twice one run would count as two and narrow the interval. SameRun naming both;
+    ``counts_as`` says what it would wrongly count as."""
+    seen: dict[tuple[str, str], int] = {}
+    for n, (root, source) in enumerate(zip(roots, sources, strict=True)):
+        identity = run_identity(root)
         for kind in ("raw", "run"):
-            if not identity.get(kind):
-                continue
-            first = seen.setdefault((kind, identity[kind]), m)
-            if first is not m:
-                why = (f"the same raw result files (sha256 {identity['raw'][:12]})"
-                       if kind == "raw" else "the same run.json (one start of the pipeline)")
-                raise ValueError(f"refused, nothing written: {first.source} and {m.source} "
-                                 f"are the same run: {why}; pooled twice it would count as "
-                                 f"two machines: give each run once")
+            value = identity.get(kind)
+            if value and seen.setdefault((kind, value), n) != n:
+                why = (f"the same raw result files (sha256 {value[:12]})" if kind == "raw"
+                       else "the same run.json (one start of the pipeline)")
+                raise SameRun(f"refused, nothing written: {sources[seen[kind, value]]} and "
+                              f"{source} are the same run: {why}; "
+                              + (f"pooled twice it would count as {counts_as}: "
+                                 if counts_as else "") + "give each run once")
+
+
+def check_runs(machines: list[Machine]) -> None:
+    """Each source is a run of its own (:func:`check_distinct`): pooling one twice would
+    count one machine as two and narrow its interval."""
+    check_distinct([m.root for m in machines], [m.source for m in machines], "two machines")
 
 
 # -- claims across machines -------------------------------------------------------------

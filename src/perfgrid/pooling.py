@@ -23,7 +23,7 @@ variance, a fixed effect) and count once. Across the k draws, random effects:
 
 Then the claim's ledger rule judges the interval (stats.decide, its margin). A claim listed
 twice in one run is refused (it would count as another run), as are two sources that are
-one run (perfgrid.aa.check_distinct).
+one run (perfgrid.gallery.check_distinct).
 """
 
 from __future__ import annotations
