@@ -125,8 +125,14 @@ def test_smyth_prior_recovers_the_within_run_variance_and_its_spread() -> None:
 def test_the_legacy_record_is_a_labelled_fallback_of_the_same_kind(monkeypatch) -> None:
     monkeypatch.setattr(betweenrun, "shipped_path", lambda: Path("/nonexistent.csv"))
     betweenrun.clear()
-    found = _tau(betweenrun.Judging(kind="AMD EPYC x2", design="d9", started=2e9))
+    """Its like claims are the claim's experiment's (the legacy record keeps no units): an
+    experiment it never measured gets none."""
+    run = betweenrun.Judging(kind="AMD EPYC x2", design="d9", started=2e9)
+    with betweenrun.judging(run):
+        found = betweenrun.component("syscall", "native", "a claim the record lacks")
     assert found.source == "legacy" and "NO record of this machine kind and design" in found.words
+    assert found.tau < 0.1  # syscall's own, not the spread of absolute costs elsewhere
+    assert _tau(run).source == "none"  # experiment toy: no legacy rows
     assert betweenrun.legacy("Intel Xeon x2")["host"].str.contains("Intel").all()
 
 

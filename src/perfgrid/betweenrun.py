@@ -16,9 +16,11 @@ Where it comes from, in this order (:func:`component`):
    :data:`OWN_RUNS` or more runs keeps its own estimate, shrunk toward the mean of its like
    claims (side-by-side ratios, absolute costs, shares: :func:`quantity_of`) by how
    precisely it is known; a claim with fewer takes its like claims' mean.
-2. otherwise the **legacy record** (``recorded_runs.csv``: figures quoted in closing notes,
-   without df, method or design) of the same kind, each interval read as Student's t with
-   two degrees of freedom (three rounds, the design most of them ran): a labelled fallback.
+2. otherwise the **legacy record** (``recorded_runs.csv``: runs of earlier designs,
+   without df, method or design digest) of the same kind, each interval read as Student's
+   t with two degrees of freedom (three rounds, the design most of them ran), a claim's
+   like claims there being its experiment's (the record keeps no units): a labelled
+   fallback.
 3. otherwise **none**: the intervals hold the noise inside the run only, and say so.
 
 The same records give each claim a prior for its within-run variance (Smyth 2004):
@@ -212,7 +214,7 @@ def legacy(kind: str) -> Any:
     frame["df"] = LEGACY_DF
     frame["run_id"] = frame["run_label"].astype(str) + " " + frame["date"].astype(str)
     frame["scale"] = "log"
-    frame["quantity"] = "ratio"  # the legacy record keeps no units: one group
+    frame["quantity"] = "ratio"  # the legacy record keeps no units (component: by experiment)
     return frame.drop_duplicates(["run_id", *CLAIM])
 
 
@@ -334,10 +336,10 @@ def _trigamma_inverse(x: float) -> float:
 def _estimated(frame: Any, claim: tuple[Any, ...], like_rows: Any) -> tuple[Any, Any]:
     """(the claim's own rows, ((tau^2, how), its own moments) or None where neither it
     nor a like claim tells a spread): its own moments shrunk toward those of the other
-    claims among ``like_rows`` (a mask of ``frame``; None: all), :func:`_shrunk`."""
+    claims among ``like_rows`` (a mask of ``frame``), :func:`_shrunk`."""
     mine = frame[(frame[CLAIM] == list(claim)).all(axis=1)]
     own = moments(mine) if len(mine) >= 2 else None
-    pool = frame if like_rows is None else frame[like_rows]
+    pool = frame[like_rows]
     like = [m for key, rows in pool.groupby(CLAIM) if key != claim
             and (m := moments(rows)) is not None]
     if own is None and not like:
@@ -373,8 +375,8 @@ def component(experiment: str, runtime: str | None, hypothesis: str | None,
                              prior[1] if prior else None, scale)
     old = legacy(run.kind)
     if not old.empty:
-        # the legacy record keeps no units: every claim is like every other
-        _, estimated = _estimated(old, claim, None)
+        # the legacy record keeps no units: a claim's like claims are its experiment's
+        _, estimated = _estimated(old, claim, old["experiment"] == experiment)
         if estimated is not None:
             (tau2, how), _ = estimated
             runs = int(old["run_id"].nunique())
