@@ -213,3 +213,18 @@ def test_t_quantile_not_z() -> None:
     """A 95 % t(2) interval's half-width is 4.30 se, not 1.96: read with z its variance
     comes out (4.30 / 1.96)^2 = 4.8 times too large (the old record's fault)."""
     assert (sps.t.ppf(0.975, 2) / sps.norm.ppf(0.975)) ** 2 == pytest.approx(4.81, abs=0.01)
+
+
+def test_a_prior_comes_from_spreads_on_finite_df_only(shipped) -> None:
+    """An older best-of's record holds its bounds read with z (df inf, a spread wider than
+    any row's): the prior is told by the claim's other runs, each on its df, and that row
+    is not among them; with fewer than three such runs there is none."""
+    rng = np.random.default_rng(6)
+    rows = _records(0.0, 0.02, 4, 1, rng)
+    bounds = rows.iloc[[0]].assign(run_id="old", started=999.0, se=0.5, df=math.inf)
+    shipped(pd.concat([bounds, rows]))
+    found = _tau(betweenrun.Judging(kind="AMD EPYC x2", design="d1", started=5000.0))
+    assert found.prior_s2 is not None and math.sqrt(found.prior_s2) < 0.05
+    shipped(pd.concat([bounds, rows.iloc[:2]]))
+    few = _tau(betweenrun.Judging(kind="AMD EPYC x2", design="d1", started=5000.0))
+    assert few.prior_s2 is None

@@ -367,7 +367,11 @@ def component(experiment: str, runtime: str | None, hypothesis: str | None,
         mine, estimated = _estimated(found, claim, found["quantity"] == quantity)
         if estimated is not None:
             (tau2, how), own = estimated
-            prior = smyth_prior(mine["se"], float(mine["df"].median())) if len(mine) else None
+            # a spread read off bounds or a count (df inf: an older best-of's record) tells
+            # no prior; the others, each on its df
+            spread = mine[mine["df"].map(math.isfinite)] if len(mine) else mine
+            prior = (smyth_prior(spread["se"], float(spread["df"].median())) if len(spread)
+                     else None)
             return Component(math.sqrt(tau2), "claim" if own and own.runs >= OWN_RUNS
                              else "like claims", recorded, kind, design,
                              f"from {recorded} recorded runs of this machine kind ({kind}) "

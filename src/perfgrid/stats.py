@@ -36,7 +36,10 @@ upward and its bootstrap does not know it (at K = 8 such an interval covered
 the truth in about a third of simulated draws). :func:`reduce` returns a
 :class:`Bounds` instead, whose interval is taken from the rows' own intervals
 at levels that hold for all K at once (Bonferroni): it covers whatever the
-rows, at the price of width where K is large.
+rows, at the price of width where K is large. While a claim is judged with a prior for its
+within-run spread (its earlier runs: perfgrid.analysis.judged, :func:`rows_moderated`),
+each row's spread is moderated by it before those bounds are taken, so one row's lucky
+2-df spread no longer decides them.
 
 The coverage of these intervals is checked by simulation in the tests. The core that
 turns raw values into an estimate (the hierarchical bootstrap, the interval of one
@@ -45,9 +48,11 @@ quantity) is perfgrid.interval, which the harness imports without this module.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -341,6 +346,10 @@ class Bounds:
     #: chosen best-of carries them on)
     all_rows: Bounds | None = None
     unsafe: frozenset[str] = frozenset()
+    #: a best (or least) of rows (:func:`reduce`): the row whose value it is, whose
+    #: within-run spread stands for the rows' (a claim's record, its prior; kept through
+    #: scaling by a number, a share, a widening)
+    row: Estimate | None = None
 
     def __init__(self, value: float, bounds: Callable[[float], Interval | None],
                  method: str = METHOD_BOUNDS, reason: str = "", basis: str = "",
@@ -377,10 +386,14 @@ class Bounds:
         if not isinstance(other, Estimate | Bounds):
             k = float(other)
             if flip:
-                return Bounds(k / self.value, lambda lv: _over(k, self.interval(lv)),
-                              self.method, self.reason, self.basis, self.points)
-            return Bounds(self.value * k ** sign, lambda lv: _scale(self.interval(lv), k, sign),
-                          self.method, self.reason, self.basis, self.points)
+                scaled = Bounds(k / self.value, lambda lv: _over(k, self.interval(lv)),
+                                self.method, self.reason, self.basis, self.points)
+            else:
+                scaled = Bounds(self.value * k ** sign,
+                                lambda lv: _scale(self.interval(lv), k, sign),
+                                self.method, self.reason, self.basis, self.points)
+            scaled.row = self.row  # a log-scale spread: the same times or over a number
+            return scaled
         a, b = (other, self) if flip else (self, other)
         value = a.value * b.value ** sign
         if not (a.has_interval and b.has_interval):
@@ -429,6 +442,34 @@ def _over(k: float, bounds: Interval | None) -> Interval | None:
     return k / bounds[1], k / bounds[0]
 
 
+#: while a claim is judged: how each row of a reduction is moderated (:func:`rows_moderated`)
+_row_moderation: contextvars.ContextVar[Callable[[Estimate], Estimate] | None] = (
+    contextvars.ContextVar("row_moderation", default=None))
+
+
+@contextmanager
+def rows_moderated(how: Callable[[Estimate], Estimate] | None) -> Iterator[None]:
+    """Inside the block, the bounds of every reduction (:func:`reduce`) take each row as
+    ``how`` gives it: a claim's within-run prior moderating the row's spread
+    (perfgrid.analysis.judged). A reduction's bounds are computed when read, from its rows,
+    so the claim that judges it moderates them while they are still separate, though the
+    experiment reduced them before it knew the claim; None changes nothing."""
+    token = _row_moderation.set(how)
+    try:
+        yield
+    finally:
+        _row_moderation.reset(token)
+
+
+def row_now(part: Any) -> Any:
+    """A reduction's row as the claim being judged takes it (:func:`rows_moderated`): an
+    estimate with a Student t interval (``se``), moderated; anything else as it is."""
+    how = _row_moderation.get()
+    if how is None or not isinstance(part, Estimate) or part.se is None:
+        return part
+    return how(part)
+
+
 #: from this many rows on, a best-of over rows measured in four or more common blocks is
 #: chosen on the first blocks and estimated on the others (narrower than simultaneous
 #: bounds, whose lower end pays for every row: at K = 4 the two are about as wide)
@@ -460,6 +501,10 @@ def reduce(parts: Sequence[Estimate | Bounds],
     does not bound the best (:func:`decide` reads both, :func:`safe_interval`). (A median
     taken block by block was tried and left: with an even count of rows whose truths are
     unevenly spaced it covered 71 % of simulated draws.)
+
+    The bounds are taken from the rows when read, each row as :func:`row_now` gives it
+    (moderated while a claim with a within-run prior judges it); a best or least keeps its
+    row (:attr:`Bounds.row`), whose spread a claim's record holds.
     """
     if not parts:
         raise ValueError("reduce: no estimates")
@@ -478,7 +523,7 @@ def reduce(parts: Sequence[Estimate | Bounds],
         strict = 1 - (1 - level) / k
         ends = []
         for end, plain in ((0, plain_lo), (1, plain_hi)):
-            found = [safe_interval(p, level if plain else strict) for p in parts]
+            found = [safe_interval(row_now(p), level if plain else strict) for p in parts]
             if any(f is None for f in found):
                 return None
             ends.append(float(how(np.array([f[end] for f in found]))))
@@ -486,6 +531,8 @@ def reduce(parts: Sequence[Estimate | Bounds],
 
     simultaneous = Bounds(value, bounds, basis=f"{name} of {k} rows, simultaneous bounds "
                                                f"(each row: {basis(parts[0])})", points=points)
+    if name in ("max", "min"):
+        simultaneous.row = parts[int(np.argmax(values) if name == "max" else np.argmin(values))]
     common = _common_blocks(parts)
     if name in ("max", "min") and k >= CHOOSE_FROM and common and len(common) >= 4:
         found = _chosen_on_first_blocks(parts, common, name)
@@ -661,6 +708,7 @@ class Share(Bounds):
         super().__init__(p, bounds, inner.method, inner.reason,
                          f"{basis(inner)}; logit scale", inner.points)
         self.inner = inner
+        self.row = getattr(inner, "row", None)
         if inner.all_rows is not None:  # a chosen best-of's bounds, on the same scale
             self.all_rows, self.unsafe = Share(inner.all_rows), inner.unsafe
 
@@ -859,6 +907,7 @@ class Widened(Bounds):
         super().__init__(quantity.value, bounds, quantity.method, quantity.reason,
                          basis(quantity), quantity.points)
         self.inner, self.tau = quantity, float(tau)
+        self.row = getattr(quantity, "row", None)
         if quantity.all_rows is not None:  # a chosen best-of's bounds, widened alike
             self.all_rows, self.unsafe = Widened(quantity.all_rows, tau), quantity.unsafe
 

@@ -44,6 +44,8 @@ from perfgrid.stats import (
     equivalence_level,
     reduce,
     rounds_to_settle,
+    row_now,
+    rows_moderated,
     safe_interval,
 )
 
@@ -134,7 +136,8 @@ def judged(experiment: str, hypothesis: str, criterion: str, quantity: Estimate,
 
     The claims ledger's entry (perfgrid.ledger) gives the equivalence margin and must
     state the same rule. The claim's earlier runs of this machine kind and design
-    (perfgrid.betweenrun) moderate its within-run spread where they tell a prior, and add
+    (perfgrid.betweenrun) moderate its within-run spread where they tell a prior (a
+    reduction's rows each, before its bounds are taken: stats.rows_moderated), and add
     the between-run component ``tau``; the reading then says how sure it is
     (perfgrid.readings). ``measured`` shows the estimate with its interval, then
     ``detail``; ``why`` the counters that explain it (:func:`why`).
@@ -154,38 +157,58 @@ def judged(experiment: str, hypothesis: str, criterion: str, quantity: Estimate,
     # on the log scale a share's logit-scale figures are (1 - p) times as large
     to_log = (1 - widen.value) if share and 0 < widen.value < 1 else 1.0
     prior = prior_of(widen, found)
-    widen, moderated = moderate(widen, prior, found.runs, to_log)
-    inner = widen
-    tau = found.tau * to_log
-    quantity = Share(widen) if share else widen
-    if tau > 0 and widen.value > 0 and widen.has_interval:
-        widened = Widened(widen, tau)
-        quantity = Share(widened) if share else widened  # own scale
-    verdict, reason = decide(quantity, op, threshold, spec, unit, margin)
-    reason += disagreeing_rounds(inner)
-    if verdict == "inconclusive" and not tau > 0:
-        reason += _settle_words(inner, threshold)
-    level = current_level()
-    # the interval the verdict read: a chosen best-of's far end over all its rows
-    bounds = safe_interval(quantity, level) or (math.nan, math.nan)
-    near = safe_interval(quantity, equivalence_level(level)) or (math.nan, math.nan)
-    measured = quantity.show(spec, unit) + (f" {detail}" if detail else "")
-    words = basis(inner) + (f"; {level:.1%} interval" if level != LEVEL else "") + moderated
-    if found.tau > 0:
-        words += f"; with a between-run sd of {found.tau:.1%} ({scale} scale)"
-    se, df = within_se(inner, to_log)
-    run = betweenrun.current()
-    sure = sureness(float(quantity.value), bounds, near, se, df, found.tau, op,
-                    float(threshold), margin, scale, verdict,
-                    f"{experiment}|{runtime}|{hypothesis}", prior)
-    return Claim(experiment, hypothesis, criterion, measured, verdict, runtime,
-                 f"{reason}; {note}" if note else reason, float(quantity.value),
-                 bounds[0], bounds[1], op, float(threshold), unit, why, words, level,
-                 "; ".join(sorted(points)), near[0], near[1], found.tau, scale=scale,
-                 se=se, df=df, tau_from=found.words, **sure,
-                 machine_kind=run.kind or "", design=run.design or "",
-                 boot_id=run.boot_id or "",
-                 run_started=float(run.started) if run.started is not None else math.nan)
+    with rows_moderated(_row_moderation(found, share)):
+        widen, moderated = moderate(widen, prior, found.runs, to_log)
+        if prior is None and getattr(widen, "row", None) is not None and (
+                found.prior_s2 is not None):
+            moderated = (f"; each row's spread moderated by {found.runs} earlier runs (prior "
+                         f"df {found.prior_df:.3g}) where no noisier than they predict (F "
+                         f"test at {GUARD:.0%})")
+        inner = widen
+        tau = found.tau * to_log
+        quantity = Share(widen) if share else widen
+        if tau > 0 and widen.value > 0 and widen.has_interval:
+            widened = Widened(widen, tau)
+            quantity = Share(widened) if share else widened  # own scale
+        verdict, reason = decide(quantity, op, threshold, spec, unit, margin)
+        reason += disagreeing_rounds(inner)
+        if verdict == "inconclusive" and not tau > 0:
+            reason += _settle_words(inner, threshold)
+        level = current_level()
+        # the interval the verdict read: a chosen best-of's far end over all its rows
+        bounds = safe_interval(quantity, level) or (math.nan, math.nan)
+        near = safe_interval(quantity, equivalence_level(level)) or (math.nan, math.nan)
+        measured = quantity.show(spec, unit) + (f" {detail}" if detail else "")
+        words = basis(inner) + (f"; {level:.1%} interval" if level != LEVEL else "") + moderated
+        if found.tau > 0:
+            words += f"; with a between-run sd of {found.tau:.1%} ({scale} scale)"
+        se, df = within_se(inner, to_log)
+        run = betweenrun.current()
+        sure = sureness(float(quantity.value), bounds, near, se, df, found.tau, op,
+                        float(threshold), margin, scale, verdict,
+                        f"{experiment}|{runtime}|{hypothesis}", prior)
+        return Claim(experiment, hypothesis, criterion, measured, verdict, runtime,
+                     f"{reason}; {note}" if note else reason, float(quantity.value),
+                     bounds[0], bounds[1], op, float(threshold), unit, why, words, level,
+                     "; ".join(sorted(points)), near[0], near[1], found.tau, scale=scale,
+                     se=se, df=df, tau_from=found.words, **sure,
+                     machine_kind=run.kind or "", design=run.design or "",
+                     boot_id=run.boot_id or "",
+                     run_started=float(run.started) if run.started is not None else math.nan)
+
+
+def _row_moderation(found: Any, share: bool) -> Any:
+    """How the claim's within-run prior moderates each row of a reduction in it, for
+    stats.rows_moderated: as :func:`moderate` moderates a quantity, the prior taken with
+    the row's own df (a share's row on the logit scale); None without a prior."""
+    if found.prior_s2 is None or found.prior_df is None:
+        return None
+
+    def row(part: Estimate) -> Estimate:
+        to_log = (1 - part.value) if share and 0 < part.value < 1 else 1.0
+        return moderate(part, prior_of(part, found), found.runs, to_log)[0]
+
+    return row
 
 
 def prior_of(quantity: Any, found: Any) -> Any:
@@ -223,9 +246,15 @@ def moderate(quantity: Estimate | Any, prior: Any, runs: int,
 
 def within_se(quantity: Any, to_log: float = 1.0) -> tuple[float, float]:
     """(se, df) of the quantity's estimate on its judged scale (``to_log`` below 1 for a
-    share on the logit scale) inside the run: a Student t interval's own; else read off
-    its 95 % interval (bootstrap: with t(df); bounds and counts: with z, df inf)."""
+    share on the logit scale) inside the run: a Student t interval's own; a best or least
+    of rows (stats.Bounds.row), its row's (moderated as the claim judges it: a record holds
+    one row's spread, on the row's df, so later runs can moderate the rows by it); else
+    read off its 95 % interval (bootstrap: with t(df); bounds and counts: with z, df inf)."""
     from scipy import stats as sps
+
+    row = getattr(quantity, "row", None)
+    if isinstance(row, Estimate) and row.se is not None and row.se > 0:
+        quantity = row_now(row)
 
     if isinstance(quantity, Estimate) and quantity.se is not None and quantity.se > 0:
         return quantity.se / to_log, float(quantity.df)
