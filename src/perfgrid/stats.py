@@ -463,9 +463,11 @@ def rows_moderated(how: Callable[[Estimate], Estimate] | None) -> Iterator[None]
 
 def row_now(part: Any) -> Any:
     """A reduction's row as the claim being judged takes it (:func:`rows_moderated`): an
-    estimate with a Student t interval (``se``), moderated; anything else as it is."""
+    estimate with an interval on finite df (over rounds), moderated; anything else as it
+    is."""
     how = _row_moderation.get()
-    if how is None or not isinstance(part, Estimate) or part.se is None:
+    if how is None or not isinstance(part, Estimate) or not part.has_interval or not (
+            np.isfinite(part.df) and part.df > 0):
         return part
     return how(part)
 

@@ -21,6 +21,7 @@ never copied into the analysis.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
 from dataclasses import asdict, dataclass
@@ -205,6 +206,8 @@ def _row_moderation(found: Any, share: bool) -> Any:
         return None
 
     def row(part: Estimate) -> Estimate:
+        if part.se is None:  # a bootstrap over rounds: Student t on its calibrated spread
+            part = dataclasses.replace(part, se=math.sqrt(part.var))
         to_log = (1 - part.value) if share and 0 < part.value < 1 else 1.0
         return moderate(part, prior_of(part, found), found.runs, to_log)[0]
 
@@ -229,8 +232,6 @@ def moderate(quantity: Estimate | Any, prior: Any, runs: int,
     readings.Prior.moderated: Smyth's ``(d0 s0^2 + df s^2) / (d0 + df)`` on ``d0 + df``
     df, unless past the guard), and words for its basis; as it is without a prior.
     ``to_log`` turns the prior's scale (logit, for a share) into the log scale."""
-    import dataclasses
-
     if prior is None:
         return quantity, ""
     var, df, kept = prior.moderated((quantity.se / to_log) ** 2)
@@ -253,7 +254,7 @@ def within_se(quantity: Any, to_log: float = 1.0) -> tuple[float, float]:
     from scipy import stats as sps
 
     row = getattr(quantity, "row", None)
-    if isinstance(row, Estimate) and row.se is not None and row.se > 0:
+    if isinstance(row, Estimate) and row.has_interval:
         quantity = row_now(row)
 
     if isinstance(quantity, Estimate) and quantity.se is not None and quantity.se > 0:
