@@ -13,7 +13,7 @@ DEBS   ?= fio apache2-utils gcc erlang-nox linux-perf
 # ... and what the tests use besides: a real browser for the report check.
 TEST_DEBS ?= $(DEBS) chromium
 
-.PHONY: reproduce quick test bench lint config-doc setup system-packages clean
+.PHONY: reproduce quick test bench calibrate lint config-doc setup system-packages clean
 
 reproduce: setup
 	$(BIN)/snakemake --cores $(CORES)
@@ -36,6 +36,13 @@ test: $(VENV)/.installed
 bench: $(VENV)/.installed
 	@bash .ci/system-packages.sh $(DEBS)
 	$(BIN)/python tests/speed_facts.py
+
+# The readings' statistics simulated through the production path (analysis.claims_of on
+# synthetic tables, earlier runs recorded): coverage per claim structure, p_differ against
+# a second run's reading, runs pooled; each figure beside its target (issue 57's
+# acceptance). CALIBRATE_ARGS: e.g. --scale 0.2 --strict.
+calibrate: $(VENV)/.installed
+	$(BIN)/python tests/calibration.py $(CALIBRATE_ARGS)
 
 lint: setup
 	$(BIN)/ruff check src tests
