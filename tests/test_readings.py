@@ -191,3 +191,30 @@ def test_a_moderated_best_of_still_covers_its_truth(monkeypatch, gap: float) -> 
           f" moderated, {np.median(plain):.3f} unmoderated")
     assert 0.95 <= np.mean(hits) <= 0.995
     assert np.median(widths) < np.median(plain)
+
+
+def test_three_rounds_that_disagree_are_flagged_by_the_spread_earlier_runs_show(
+        monkeypatch) -> None:
+    """At three rounds the other two rounds' own spread (1 df) cannot show an odd round;
+    the spread the claim's earlier runs tell can: one round 3x slower is flagged through
+    the judging path with a prior, not without one; rounds from that spread are flagged
+    at most about alpha (1 %) of the time, and a 3x round nearly always."""
+    odd = stats.paired(1.0, {1: 0.0, 2: 0.02, 3: math.log(3.0)})
+    fixed_tau(monkeypatch, 0.0)
+    assert "rounds disagree" not in _claim(1.0, ">=", odd).reason
+    sigma = 0.05
+    fixed_tau(monkeypatch, 0.0, (sigma**2 / 3, 30.0))
+    assert "round 3 " in _claim(1.0, ">=", odd).reason
+    assert "set by the spread its earlier runs show" in _claim(1.0, ">=", odd).reason
+    rng = np.random.default_rng(59)
+    earlier = (sigma**2 / 3, 30.0)
+    plain = [bool(stats.disagreeing_rounds(_paired(rng, 1.0, sigma), earlier=earlier))
+             for _ in range(3000)]
+    slow = []
+    for _ in range(500):
+        logs = sigma * rng.standard_normal(3) + np.array([0.0, 0.0, math.log(3.0)])
+        found = stats.paired(float(np.exp(logs.mean())), dict(enumerate(logs.tolist(), 1)))
+        slow.append(bool(stats.disagreeing_rounds(found, earlier=earlier)))
+    print(f"flagged: plain rounds {np.mean(plain):.4f}, a 3x round {np.mean(slow):.3f}")
+    assert np.mean(plain) <= 0.02 and np.mean(slow) >= 0.9
+    assert stats.disagreeing_rounds(_paired(rng, 1.0, sigma)) == ""  # 3 rounds, no prior

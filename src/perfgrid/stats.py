@@ -631,9 +631,10 @@ DISAGREE_ALPHA = 0.01
 DISAGREE_FROM = 4
 
 
-def disagreeing_rounds(quantity: Estimate | Bounds, alpha: float = DISAGREE_ALPHA) -> str:
+def disagreeing_rounds(quantity: Estimate | Bounds, alpha: float = DISAGREE_ALPHA,
+                       earlier: tuple[float, float] | None = None) -> str:
     """A note for a claim's reason where its rounds disagree; "" where they do not, or
-    where it cannot tell (no rounds, fewer than :data:`DISAGREE_FROM`).
+    where it cannot tell (no rounds; fewer than :data:`DISAGREE_FROM` without ``earlier``).
 
     Each round's log (of the quantity, block by block: for a ratio, the log ratio of that
     round) is set against the other rounds' prediction bound, ``mean +- t(n - 2) * sd *
@@ -642,30 +643,43 @@ def disagreeing_rounds(quantity: Estimate | Bounds, alpha: float = DISAGREE_ALPH
     it (one round in ten three times slower: a bimodal point, a disturbed phase of the
     run) breaks what a t interval over rounds assumes, and a verdict on such rounds may
     depend on the run. A widened quantity or a share is judged by the estimate inside it.
+
+    At three rounds the other two leave a spread on one df: t(1) at ``1 - alpha / 6`` is
+    191, and no gap short of 191 of their sds would show (Dixon's and Grubbs' tests at
+    n = 3 have their 1 % critical values at the very top of their statistics' range). So
+    there the spread comes from the claim's earlier runs, where they tell one
+    (``earlier``: ``(s0^2, d0)``, the prior of the variance of the mean over the rounds,
+    perfgrid.betweenrun.smyth_prior, on the log scale): per round ``n s0^2``, on ``d0`` df.
     """
     inner = quantity
     while not isinstance(inner, Estimate) and getattr(inner, "inner", None) is not None:
         inner = inner.inner
     blocks = getattr(inner, "blocks", None)
-    if not isinstance(inner, Estimate) or not blocks or len(blocks) < DISAGREE_FROM:
+    if not isinstance(inner, Estimate) or not blocks or len(blocks) < 2:
+        return ""
+    n = len(blocks)
+    own = n >= DISAGREE_FROM
+    if not own and not (earlier is not None and earlier[0] > 0 and earlier[1] > 0
+                        and n >= 3):
         return ""
     labels = sorted(blocks, key=_label_order)
     logs = np.array([blocks[b] for b in labels], dtype=float)
     if not np.all(np.isfinite(logs)):
         return ""
-    n = logs.size
-    crit = float(_sp.stdtrit(n - 2, 1 - alpha / (2 * n))) * math.sqrt(1 + 1 / (n - 1))
+    df = n - 2 if own else min(float(earlier[1]), 1e6)
+    crit = float(_sp.stdtrit(df, 1 - alpha / (2 * n))) * math.sqrt(1 + 1 / (n - 1))
     odd = []
     for i, label in enumerate(labels):
         others = np.delete(logs, i)
         gap = float(logs[i] - others.mean())
-        sd = float(np.std(others, ddof=1))
+        sd = float(np.std(others, ddof=1)) if own else math.sqrt(n * earlier[0])
         if abs(gap) > crit * sd and gap != 0:
             odd.append(f"round {label} {math.exp(gap):.2f}x the others' mean")
     if not odd:
         return ""
+    bound = "" if own else " set by the spread its earlier runs show"
     return (f"; rounds disagree ({', '.join(odd)}, beyond their {1 - alpha:.0%} prediction "
-            f"bound): a bimodal or disturbed point, the verdict may depend on the run")
+            f"bound{bound}): a bimodal or disturbed point, the verdict may depend on the run")
 
 
 def basis(quantity: Estimate | Bounds) -> str:

@@ -172,7 +172,8 @@ def judged(experiment: str, hypothesis: str, criterion: str, quantity: Estimate,
             widened = Widened(widen, tau)
             quantity = Share(widened) if share else widened  # own scale
         verdict, reason = decide(quantity, op, threshold, spec, unit, margin)
-        reason += disagreeing_rounds(inner)
+        reason += disagreeing_rounds(inner, earlier=None if prior is None else (
+            prior.s0_2 * to_log**2, prior.d0))
         if verdict == "inconclusive" and not tau > 0:
             reason += _settle_words(inner, threshold)
         level = current_level()
