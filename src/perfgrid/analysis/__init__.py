@@ -160,7 +160,7 @@ def judged(experiment: str, hypothesis: str, criterion: str, quantity: Estimate,
     prior = prior_of(widen, found)
     with rows_moderated(_row_moderation(found, share)):
         widen, moderated = moderate(widen, prior, found.runs, to_log)
-        if prior is None and getattr(widen, "row", None) is not None and (
+        if prior is None and isinstance(getattr(widen, "row", None), Estimate) and (
                 found.prior_s2 is not None):
             moderated = (f"; each row's spread moderated by {found.runs} earlier runs (prior "
                          f"df {found.prior_df:.3g}) where no noisier than they predict (F "
