@@ -5,12 +5,7 @@ are noise)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import calibration  # noqa: E402
+import calibration
 
 
 def test_the_calibration_runs_tiny_and_prints_every_figure(capsys) -> None:
