@@ -19,7 +19,8 @@ between-run component and the within-run prior (Smyth) come from them. Printed, 
 beside its target:
 
 - coverage of the machine's truth per structure, 93-97 %;
-- p_differ against how often a second run read differently, per bin, within 0.05;
+- p_differ against how often a second run read differently, per bin, within 0.05, and
+  per structure the readings that differed at most ``sum(p_differ) + 2 sqrt(sum)``;
 - runs pooled (perfgrid.pooling) for k = 2..6: coverage 93-97 %, and the median width
   narrowing as runs are added, under one run's from k = 4 on.
 
@@ -214,21 +215,31 @@ def coverage(structure: Structure, machines: int, runs: int, rng: np.random.Gene
 
 
 def calibration(structures: list[Structure], machines: int, pairs: int,
-                rng: np.random.Generator, folder: Path) -> list[tuple[float, float, float, int]]:
-    """(bin's low edge, mean p_differ, share of second runs that read differently, claims)
-    over pairs of runs of machines whose truths lie near the threshold (0.82-1.22 times
-    it: near enough that every bin of p_differ fills)."""
-    predicted, differed = [], []
+                rng: np.random.Generator, folder: Path
+                ) -> tuple[list[tuple[float, float, float, int]], dict[str, tuple[float, int]]]:
+    """Over pairs of runs of machines whose truths lie about the threshold (0.7-1.4 times
+    it, as tests/test_readings.py draws them): per bin of p_differ (its low edge, the mean
+    p_differ, the share of second runs that read differently, claims), and per structure
+    (the sum of p_differ, the readings that differed).
+
+    p_differ takes the truth as unknown (a flat prior about the estimate): where truths
+    crowd a boundary more than that, a run far from it has more likely overshot, and the
+    lowest bins under-predict (truths 0.82-1.22 times the threshold: 0.07 predicted, 0.24
+    observed)."""
+    predicted, differed, names = [], [], []
     for structure in structures:
         for _ in range(machines):
-            truth = structure.threshold * math.exp(rng.uniform(-0.2, 0.2))
+            truth = structure.threshold * math.exp(rng.uniform(-0.35, 0.35))
             machine = Machine(structure, truth, rng, folder)
             for _ in range(pairs):
                 first, second = machine.judge(), machine.judge()
                 if math.isfinite(first.p_differ):
                     predicted.append(first.p_differ)
                     differed.append(first.verdict != second.verdict)
-    p, d = np.array(predicted), np.array(differed)
+                    names.append(structure.name)
+    p, d, by = np.array(predicted), np.array(differed), np.array(names)
+    sums = {s.name: (float(p[by == s.name].sum()), int(d[by == s.name].sum()))
+            for s in structures}
     out = []
     edges = [0.0, 0.1, 0.3, 0.5, 1.01]
     for lo, hi in zip(edges, edges[1:], strict=False):
@@ -236,7 +247,7 @@ def calibration(structures: list[Structure], machines: int, pairs: int,
         if inside.any():
             out.append((lo, float(p[inside].mean()), float(d[inside].mean()),
                         int(inside.sum())))
-    return out
+    return out, sums
 
 
 def pooled(structure: Structure, machines: int, sets: int, rng: np.random.Generator,
@@ -307,12 +318,17 @@ def main(argv: list[str] | None = None) -> int:
                 print("    (a best-of's simultaneous bounds: at least 0.95 by construction, "
                       "about 0.975 where the best rows tie)")
         print("p_differ against a second run's reading (all four structures):")
-        for lo, mean, observed, n in calibration(STRUCTURES, size(10), size(30), rng, folder):
+        bins, sums = calibration(STRUCTURES, size(10), size(30), rng, folder)
+        for lo, mean, observed, n in bins:
             few = n < FEWEST
             report(f"bin from {lo:.1f}: mean p_differ {mean:.3f} ({n} claims), observed",
                    observed, f"{mean:.3f} +- 0.05" + (
                        f" (under {FEWEST} claims: not judged)" if few else ""),
                    few or abs(mean - observed) <= 0.05)
+        for name, (total, count) in sums.items():
+            most = total + 2 * math.sqrt(total)
+            report(f"{name}: readings that differed (sum p_differ {total:.1f})", count,
+                   f"<= {most:.1f}", count <= most)
         print("runs pooled (perfgrid.pooling), side-by-side ratio:")
         found = pooled(STRUCTURES[0], size(5), size(200), rng, folder)
         one = found[1][1]
