@@ -23,31 +23,28 @@ _SKIPPED: list[tuple[str, str]] = []
 RUNS_SNAKEMAKE = frozenset({"tree", "quick", "summary", "without_tools"})
 #: one set under two names: ``-m "not pipeline"`` and ``-m "not snakemake"`` leave out the same
 PIPELINE_MARKERS = ("pipeline", "snakemake")
-#: the modules whose tests measure (run the harness, a load, perf or the noise profile) or
-#: load the machine on purpose (tests/test_reliability.py's hogs): with every test that runs
-#: Snakemake (its benchmark jobs measure), they are marked ``serial``; ``make test`` runs
-#: them first, alone, and the rest after them in parallel (pytest-xdist), so nothing runs
-#: beside a test that measures
-MEASURING_MODULES = frozenset({
-    "test_adaptive", "test_counters", "test_erlang", "test_file_read", "test_http",
-    "test_noiseprofile", "test_openloop", "test_quiet", "test_reliability", "test_ring",
-    "test_spawn", "test_syscall", "test_timers"})
+# ``serial`` (marked by hand, test by test or module by module; tests/test_markers.py
+# lists them): the test measures (asserts on a time or a count a busy machine would
+# change), waits for a quiet machine (the shipped quick config: its busy_share flags
+# rows), or loads every CPU on purpose. ``make test`` runs these first, one at a time,
+# with nothing beside them; the rest after them in parallel (pytest-xdist): Snakemake runs
+# of plumbing configs (``noise.busy_share: 1.0`` never waits nor flags) and the harness's
+# correctness checks, whose bounds hold however busy the machine is.
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that runs Snakemake carries ``pipeline`` and ``snakemake``: marked with either
-    (module or test), or using a fixture of :data:`RUNS_SNAKEMAKE`. Those, and the tests of
-    :data:`MEASURING_MODULES`, carry ``serial``."""
+    (module or test), or using a fixture of :data:`RUNS_SNAKEMAKE`. A test that uses such a
+    fixture is put in its ``xdist_group``: under ``--dist loadgroup`` one worker runs all
+    its users, so the fixture's run is made once, not once per worker."""
     for item in items:
-        if (RUNS_SNAKEMAKE.intersection(getattr(item, "fixturenames", ()))
-                or any(item.get_closest_marker(name) for name in PIPELINE_MARKERS)):
+        running = sorted(RUNS_SNAKEMAKE.intersection(getattr(item, "fixturenames", ())))
+        if running or any(item.get_closest_marker(name) for name in PIPELINE_MARKERS):
             for name in PIPELINE_MARKERS:
                 if item.get_closest_marker(name) is None:
                     item.add_marker(name)
-        if item.get_closest_marker("serial") is None and (
-                item.get_closest_marker("pipeline") is not None
-                or Path(str(item.path)).stem in MEASURING_MODULES):
-            item.add_marker("serial")
+        if running and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(running[0]))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

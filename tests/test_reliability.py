@@ -465,6 +465,7 @@ def test_without_perf_points_are_measured_and_the_report_says_why_not_counted(wi
     assert all(w == "" or w.startswith("no counters: ") for w in whys), whys  # no figures
 
 
+@pytest.mark.serial  # it loads every CPU on purpose
 def test_busy_machine_is_waited_for_then_flagged():
     """One hog per CPU this test may use: the share counts those CPUs only."""
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])

@@ -20,7 +20,8 @@ import pytest
 
 from helpers import SNAKEMAKE, copy_workflow
 
-pytestmark = [pytest.mark.pipeline, pytest.mark.slurm]
+#: its own ``tree``: a worker of its own under pytest-xdist, apart from conftest's tree
+pytestmark = [pytest.mark.pipeline, pytest.mark.slurm, pytest.mark.xdist_group("slurm")]
 
 CONFIG = {
     "experiments": ["file_read"],
