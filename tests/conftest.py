@@ -32,19 +32,50 @@ PIPELINE_MARKERS = ("pipeline", "snakemake")
 # correctness checks, whose bounds hold however busy the machine is.
 
 
+#: the tests that share one run of a Snakemake fixture, by node id prefix: ``make test``'s
+#: parallel lane gives each set to one worker, which makes the run once for them all
+#: (:func:`pytest_xdist_make_scheduler`; tests/test_markers.py checks every user is here)
+SHARED_RUNS = {
+    "tree": ("tests/test_pipeline.py::", "tests/test_code_inputs.py::",
+             "tests/test_report_browser.py::"),
+    "without_tools": ("tests/test_reliability.py::test_missing_tool_rows_",
+                      "tests/test_reliability.py::test_without_perf_"),
+    "slurm": ("tests/test_slurm.py::",),  # its own tree
+}
+
+
+def shared_run(nodeid: str) -> str | None:
+    """The name of the fixture run (a key of :data:`SHARED_RUNS`) the test shares, if any."""
+    return next((name for name, prefixes in SHARED_RUNS.items() if nodeid.startswith(prefixes)),
+                None)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadgroup`` as this suite means it: the tests of one :data:`SHARED_RUNS` set
+    on one worker, every other test on any. pytest-xdist's own loadgroup reads
+    ``xdist_group`` marks through a node id pytest 9.2 no longer lets it change, and then
+    spreads a group over the workers (pytest-dev/pytest-xdist#1386)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedRuns(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return shared_run(nodeid) or nodeid
+
+    return SharedRuns(config, log)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that runs Snakemake carries ``pipeline`` and ``snakemake``: marked with either
-    (module or test), or using a fixture of :data:`RUNS_SNAKEMAKE`. A test that uses such a
-    fixture is put in its ``xdist_group``: under ``--dist loadgroup`` one worker runs all
-    its users, so the fixture's run is made once, not once per worker."""
+    (module or test), or using a fixture of :data:`RUNS_SNAKEMAKE`."""
     for item in items:
-        running = sorted(RUNS_SNAKEMAKE.intersection(getattr(item, "fixturenames", ())))
-        if running or any(item.get_closest_marker(name) for name in PIPELINE_MARKERS):
+        if (RUNS_SNAKEMAKE.intersection(getattr(item, "fixturenames", ()))
+                or any(item.get_closest_marker(name) for name in PIPELINE_MARKERS)):
             for name in PIPELINE_MARKERS:
                 if item.get_closest_marker(name) is None:
                     item.add_marker(name)
-        if running and item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(running[0]))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

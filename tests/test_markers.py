@@ -180,10 +180,17 @@ def test_the_tests_that_measure_run_alone_and_only_they(collected):
 
 
 def test_the_users_of_a_fixtures_run_share_one_worker(collected):
-    """Under ``--dist loadgroup`` (``make test``) a test using a fixture that runs Snakemake
-    has that fixture's ``xdist_group``: one worker runs the fixture once for all its users."""
-    from conftest import RUNS_SNAKEMAKE
+    """In ``make test``'s parallel lane a test using a fixture that runs Snakemake is in that
+    run's set (tests/conftest.py's SHARED_RUNS): one worker makes the run once for all."""
+    from conftest import RUNS_SNAKEMAKE, shared_run
 
-    assert [n for n, row in collected.items()
-            if RUNS_SNAKEMAKE.intersection(row["fixtures"])
-            and "xdist_group" not in row["markers"]] == []
+    wrong = []
+    for nodeid, row in collected.items():
+        for name in RUNS_SNAKEMAKE.intersection(row["fixtures"]):
+            if "serial" in row["markers"]:  # the quick run: one process, no workers
+                continue
+            want = "slurm" if nodeid.startswith("tests/test_slurm.py::") else name
+            if shared_run(nodeid) != want:
+                wrong.append((nodeid, name, shared_run(nodeid)))
+    assert wrong == []
+    assert {shared_run(n) for n in collected} >= {"tree", "without_tools", "slurm"}

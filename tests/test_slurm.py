@@ -20,8 +20,7 @@ import pytest
 
 from helpers import SNAKEMAKE, copy_workflow
 
-#: its own ``tree``: a worker of its own under pytest-xdist, apart from conftest's tree
-pytestmark = [pytest.mark.pipeline, pytest.mark.slurm, pytest.mark.xdist_group("slurm")]
+pytestmark = [pytest.mark.pipeline, pytest.mark.slurm]
 
 CONFIG = {
     "experiments": ["file_read"],
