@@ -23,13 +23,14 @@ quick: setup
 
 # In CI (CI=true) a tool of TEST_DEBS that cannot be installed fails here, and a test
 # that skips fails the run (tests/conftest.py): CI passes only if every test ran.
-# Two runs: first the tests marked serial (they measure, or run Snakemake), alone; then
-# the rest in parallel. Either may select nothing under PYTEST_ARGS (exit status 5).
+# Two runs: first the tests marked serial (they measure, or wait for a quiet machine:
+# tests/conftest.py), alone; then the rest in parallel, the users of one Snakemake fixture
+# on one worker (loadgroup). Either may select nothing under PYTEST_ARGS (exit status 5).
 test: $(VENV)/.installed
 	@bash .ci/system-packages.sh $(TEST_DEBS)
 	$(BIN)/python -m pytest -q -rs --durations=15 -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(BIN)/python -m pytest -q -rs --durations=15 -m "not serial" -n $(TEST_WORKERS) \
-		$(PYTEST_ARGS) || [ $$? -eq 5 ]
+		--dist loadgroup $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # Speed facts of the harness (per-call overhead, Erlang spawn rate, how fast a load stops
 # at its deadline), each printed beside its target: benchmark output, not unit tests.
@@ -56,10 +57,11 @@ config-doc: $(VENV)/.installed
 
 setup: $(VENV)/.installed system-packages
 
+# The venv's own pip (Python 3.11's installs editable pyproject packages; an upgrade cost
+# ~6 s here), no byte-compiling of every installed file (imports compile what they use).
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-compile -e '.[dev]'
 	touch $@
 
 # Installs what apt can (as root, or through sudo); otherwise prints what is missing

@@ -23,31 +23,59 @@ _SKIPPED: list[tuple[str, str]] = []
 RUNS_SNAKEMAKE = frozenset({"tree", "quick", "summary", "without_tools"})
 #: one set under two names: ``-m "not pipeline"`` and ``-m "not snakemake"`` leave out the same
 PIPELINE_MARKERS = ("pipeline", "snakemake")
-#: the modules whose tests measure (run the harness, a load, perf or the noise profile) or
-#: load the machine on purpose (tests/test_reliability.py's hogs): with every test that runs
-#: Snakemake (its benchmark jobs measure), they are marked ``serial``; ``make test`` runs
-#: them first, alone, and the rest after them in parallel (pytest-xdist), so nothing runs
-#: beside a test that measures
-MEASURING_MODULES = frozenset({
-    "test_adaptive", "test_counters", "test_erlang", "test_file_read", "test_http",
-    "test_noiseprofile", "test_openloop", "test_quiet", "test_reliability", "test_ring",
-    "test_spawn", "test_syscall", "test_timers"})
+# ``serial`` (marked by hand, test by test or module by module; tests/test_markers.py
+# lists them): the test measures (asserts on a time or a count a busy machine would
+# change), waits for a quiet machine (the shipped quick config: its busy_share flags
+# rows), or loads every CPU on purpose. ``make test`` runs these first, one at a time,
+# with nothing beside them; the rest after them in parallel (pytest-xdist): Snakemake runs
+# of plumbing configs (``noise.busy_share: 1.0`` never waits nor flags) and the harness's
+# correctness checks, whose bounds hold however busy the machine is.
+
+
+#: the tests that share one run of a Snakemake fixture, by node id prefix: ``make test``'s
+#: parallel lane gives each set to one worker, which makes the run once for them all
+#: (:func:`pytest_xdist_make_scheduler`; tests/test_markers.py checks every user is here)
+SHARED_RUNS = {
+    "tree": ("tests/test_pipeline.py::", "tests/test_code_inputs.py::",
+             "tests/test_report_browser.py::"),
+    "without_tools": ("tests/test_reliability.py::test_missing_tool_rows_",
+                      "tests/test_reliability.py::test_without_perf_"),
+    "slurm": ("tests/test_slurm.py::",),  # its own tree
+}
+
+
+def shared_run(nodeid: str) -> str | None:
+    """The name of the fixture run (a key of :data:`SHARED_RUNS`) the test shares, if any."""
+    return next((name for name, prefixes in SHARED_RUNS.items() if nodeid.startswith(prefixes)),
+                None)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadgroup`` as this suite means it: the tests of one :data:`SHARED_RUNS` set
+    on one worker, every other test on any. pytest-xdist's own loadgroup reads
+    ``xdist_group`` marks through a node id pytest 9.2 no longer lets it change, and then
+    spreads a group over the workers (pytest-dev/pytest-xdist#1386)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedRuns(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return shared_run(nodeid) or nodeid
+
+    return SharedRuns(config, log)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that runs Snakemake carries ``pipeline`` and ``snakemake``: marked with either
-    (module or test), or using a fixture of :data:`RUNS_SNAKEMAKE`. Those, and the tests of
-    :data:`MEASURING_MODULES`, carry ``serial``."""
+    (module or test), or using a fixture of :data:`RUNS_SNAKEMAKE`."""
     for item in items:
         if (RUNS_SNAKEMAKE.intersection(getattr(item, "fixturenames", ()))
                 or any(item.get_closest_marker(name) for name in PIPELINE_MARKERS)):
             for name in PIPELINE_MARKERS:
                 if item.get_closest_marker(name) is None:
                     item.add_marker(name)
-        if item.get_closest_marker("serial") is None and (
-                item.get_closest_marker("pipeline") is not None
-                or Path(str(item.path)).stem in MEASURING_MODULES):
-            item.add_marker("serial")
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

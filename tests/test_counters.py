@@ -197,6 +197,7 @@ def test_measure_counters_chooses_the_points():
     assert "--counters" in planning.measure_args(cfg, "http", http)
 
 
+@pytest.mark.serial  # its context switches per call are bounded: a busy machine adds some
 def test_a_real_counting_pass_through_the_harness(tmp_path):
     """One tiny syscall point measured and counted: the row gets counts per call."""
     need("perf")

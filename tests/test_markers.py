@@ -152,18 +152,45 @@ def test_every_test_that_opens_chromium_is_marked_browser(collected):
     assert sorted(n for n in opening if "browser" not in collected[n]["markers"]) == []
 
 
-def test_every_test_that_runs_snakemake_or_measures_runs_alone(collected):
-    """``serial`` (``make test`` runs those first, nothing beside them) on every test that
-    runs Snakemake and on every test of a measuring module (tests/conftest.py)."""
-    from conftest import MEASURING_MODULES
+#: the tests that measure, wait for a quiet machine or load every CPU (tests/conftest.py):
+#: ``serial`` on each, by hand
+MEASURING = (
+    "tests/test_end_to_end.py::test_make_bench_measures_every_fact_and_prints_it_beside_its_"
+    "target",
+    "tests/test_counters.py::test_a_real_counting_pass_through_the_harness",
+    "tests/test_noiseprofile.py::test_a_real_profile_of_two_blocks_of_the_syscall_pair_writes_"
+    "valid_json",
+    "tests/test_reliability.py::test_busy_machine_is_waited_for_then_flagged",
+    "tests/test_openloop.py::test_a_200ms_stall_shows_in_the_open_loop_p99_with_abs_report_"
+    "beside_it",
+    "tests/test_openloop.py::test_a_sweep_stops_at_the_first_saturated_step_and_bounds_each_step",
+    "tests/test_openloop.py::test_unsent_requests_are_dropped_at_the_deadline_not_sent_late",
+)
 
-    modules = {nodeid.split("::")[0].removeprefix("tests/").removesuffix(".py")
-               for nodeid in collected}
-    assert modules >= MEASURING_MODULES  # each still exists
-    should = [nodeid for nodeid, row in collected.items()
-              if row["snakemake"] or "pipeline" in row["markers"]
-              or nodeid.split("::")[0].removeprefix("tests/").removesuffix(".py")
-              in MEASURING_MODULES]
-    assert [n for n in should if "serial" not in collected[n]["markers"]] == []
-    assert "tests/test_end_to_end.py::test_make_bench_measures_every_fact_and_prints_it_" \
-           "beside_its_target" in {n for n, row in collected.items() if "serial" in row["markers"]}
+
+def test_the_tests_that_measure_run_alone_and_only_they(collected):
+    """``serial`` (``make test`` runs those first, nothing beside them) on each test that
+    measures and on the module of the shipped quick run (it waits for a quiet machine), and
+    on no other: the rest run in parallel."""
+    serial = {nodeid for nodeid, row in collected.items() if "serial" in row["markers"]}
+    quick = {nodeid for nodeid in collected if nodeid.startswith("tests/test_quick_config.py")}
+    assert quick >= {nodeid for nodeid, row in collected.items() if "quick" in row["fixtures"]}
+    assert quick and set(MEASURING) <= set(collected)  # each still exists
+    assert serial == quick | set(MEASURING)
+
+
+def test_the_users_of_a_fixtures_run_share_one_worker(collected):
+    """In ``make test``'s parallel lane a test using a fixture that runs Snakemake is in that
+    run's set (tests/conftest.py's SHARED_RUNS): one worker makes the run once for all."""
+    from conftest import RUNS_SNAKEMAKE, shared_run
+
+    wrong = []
+    for nodeid, row in collected.items():
+        for name in RUNS_SNAKEMAKE.intersection(row["fixtures"]):
+            if "serial" in row["markers"]:  # the quick run: one process, no workers
+                continue
+            want = "slurm" if nodeid.startswith("tests/test_slurm.py::") else name
+            if shared_run(nodeid) != want:
+                wrong.append((nodeid, name, shared_run(nodeid)))
+    assert wrong == []
+    assert {shared_run(n) for n in collected} >= {"tree", "without_tools", "slurm"}

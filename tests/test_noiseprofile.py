@@ -285,6 +285,7 @@ def test_without_a_profile_the_report_says_it_was_not_measured():
 
 
 # -- one short real run ----------------------------------------------------------------------
+@pytest.mark.serial  # it measures the machine's noise, and bounds the spread it finds
 def test_a_real_profile_of_two_blocks_of_the_syscall_pair_writes_valid_json(tmp_path, capsys):
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump({"host": "nt", "results": str(tmp_path / "results"),

@@ -92,6 +92,7 @@ def stalling():
     server.close()
 
 
+@pytest.mark.serial  # latencies and rates asserted
 def test_a_200ms_stall_shows_in_the_open_loop_p99_with_abs_report_beside_it(stalling, tmp_path):
     """200 requests at 200/s (1 s): the requests in flight when the server stalls, and
     those sent in its first SERVICE_S, all wait >= 200 ms from their scheduled times:
@@ -119,6 +120,7 @@ def test_a_200ms_stall_shows_in_the_open_loop_p99_with_abs_report_beside_it(stal
         assert report["ab_same_server"]["ok"] == 300
 
 
+@pytest.mark.serial  # latencies and rates asserted
 def test_a_sweep_stops_at_the_first_saturated_step_and_bounds_each_step(stalling):
     """Rates run lowest first, and the sweep stops after the first saturated step. Which
     steps saturate does not hang on the machine's speed: 0.1/s for 0.5 s is one request,
@@ -137,6 +139,7 @@ def test_a_sweep_stops_at_the_first_saturated_step_and_bounds_each_step(stalling
     assert all(s.sent + s.unsent == s.scheduled for s in steps)
 
 
+@pytest.mark.serial  # latencies and rates asserted
 def test_unsent_requests_are_dropped_at_the_deadline_not_sent_late(stalling):
     stalling.stall_at = 10**9
     before = stalling.counter

@@ -31,17 +31,19 @@ GRID = {
     # these runs test plumbing, not figures: never wait, and no noise profile
     "noise": {"busy_share": 1.0, "profile": {"blocks": 0}},
     "measure": {"counters": "none"},  # nor count
-    "testfile": {"size": "32MiB", "seed": 5},
+    "testfile": {"size": "16MiB", "seed": 5},
     "file_read": {
+        # the fewest points an interrupt test needs: two recorded, one held, one waiting;
+        # a held job (hold_a_benchmark_job), not the grid's length, keeps the run going
         "variants": ["read", "readinto", "dd"],
-        "block_sizes": [1024, 4096, 65536],
+        "block_sizes": [4096, 65536],
         "caches": ["warm"],
-        # enough values that an interrupt lands before the last point, even on a busy machine
-        "measure": {"processes": 1, "values": 8, "warmups": 1, "loops": 1, "target_ci": None,
-                    "claims": {"processes": 1, "values": 8, "target_ci": None, "rounds": 1}},
+        "measure": {"processes": 1, "values": 4, "warmups": 1, "loops": 1, "target_ci": None,
+                    "claims": {"processes": 1, "values": 4, "target_ci": None, "rounds": 1}},
     },
 }
-POINTS = 9
+POINTS = 6
+VALUES = 4
 
 
 def _as_in_a_terminal() -> None:
@@ -94,7 +96,7 @@ def assert_complete(workdir: Path) -> None:
     files = results(workdir)
     assert len(files) == POINTS
     for path in files:
-        assert len(pyperf.Benchmark.load(str(path)).get_values()) == 8
+        assert len(pyperf.Benchmark.load(str(path)).get_values()) == VALUES
     assert not list((workdir / "results").rglob(".*.tmp*"))
 
 
@@ -302,9 +304,12 @@ def test_interrupted_run_resumes_with_nothing_lost(workdir, how):
 @pytest.mark.pipeline
 def test_second_run_on_the_same_folder_is_refused(workdir):
     first = start(workdir, "--cores", "2")
-    wait_for_results(workdir, 1, first)
-    second = start(workdir, "--cores", "2")
-    out, _ = second.communicate(timeout=120)
+    with stopped_on_failure(first):
+        wait_for_results(workdir, 1, first)
+        _, held = hold_a_benchmark_job(first, workdir)  # the first run cannot end meanwhile
+        second = start(workdir, "--cores", "2")
+        out, _ = second.communicate(timeout=120)
+        resume(held)
     assert second.returncode != 0
     assert "cannot be locked" in out or "LockException" in out
     out, _ = first.communicate(timeout=600)
@@ -465,6 +470,7 @@ def test_without_perf_points_are_measured_and_the_report_says_why_not_counted(wi
     assert all(w == "" or w.startswith("no counters: ") for w in whys), whys  # no figures
 
 
+@pytest.mark.serial  # it loads every CPU on purpose
 def test_busy_machine_is_waited_for_then_flagged():
     """One hog per CPU this test may use: the share counts those CPUs only."""
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
