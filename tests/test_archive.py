@@ -750,19 +750,27 @@ def required_issues(result) -> list[str]:
             for i in result.get_issues(min_severity=Severity.REQUIRED)]
 
 
-def test_the_crate_passes_the_community_validator_at_every_profile_it_declares(
-        made, tmp_path, validator_cache):
-    top = archive.extract(made, tmp_path / "x")
+def passes_the_validator(made: Path, scratch: Path, cache: Path) -> None:
+    """The archive ``made`` extracted into ``scratch``: its crate declares the profiles of
+    :data:`VALIDATOR_PROFILES` and passes the validator at each, every REQUIRED check of
+    the profile and of RO-Crate 1.1 run (tests/test_quick_config.py checks the quick run's
+    archive so)."""
+    top = archive.extract(made, scratch)
     graph = json.loads((top / crate.NAME).read_text())["@graph"]
     declared = ids(entity(graph, "./")["conformsTo"])
     assert declared == set(VALIDATOR_PROFILES)
     for uri, profile in VALIDATOR_PROFILES.items():
-        result = validated(top, profile, validator_cache)
+        result = validated(top, profile, cache)
         assert required_issues(result) == [], (uri, profile)
         assert result.passed(), (uri, profile)
         # not a pass by default: the profile's own checks ran, and RO-Crate 1.1's
         ran = {check.identifier.rsplit("_", 1)[0] for check in result.executed_checks}
         assert {profile, "ro-crate-1.1"} <= ran, (profile, sorted(ran))
+
+
+def test_the_crate_passes_the_community_validator_at_every_profile_it_declares(
+        made, tmp_path, validator_cache):
+    passes_the_validator(made, tmp_path / "x", validator_cache)
 
 
 def _drop(graph: list, kind: str, key: str) -> None:
