@@ -1,6 +1,6 @@
 """Adaptive repetition: batches until the interval meets its target or the cap stops them.
 
-The harness's loop (perfgrid.bench.measure_point) runs here on synthetic
+The harness's loop (perfgrid.measure.bench.measure_point) runs here on synthetic
 batches and a fake clock, so each stopping rule is exercised exactly; the
 pipeline test with rounds runs the real thing.
 """
@@ -16,9 +16,12 @@ import numpy as np
 import pyperf
 import pytest
 
-from perfgrid import aggregate, bench, config_errors, configschema, planning, settings, stats
+from perfgrid.analyse import aggregate, stats
+from perfgrid.design import planning
 from perfgrid.experiments import get
-from perfgrid.paths import Layout
+from perfgrid.kit.paths import Layout
+from perfgrid.measure import bench
+from perfgrid.pipeline import config_errors, configschema, settings
 
 
 class FakeClock:
@@ -225,7 +228,7 @@ def test_rounds_run_in_the_planned_order_and_merge_in_the_table(tmp_path):
     import pandas as pd
     import yaml
 
-    from perfgrid import order
+    from perfgrid.design import order
     from perfgrid.experiments import get as get_experiment
 
     from helpers import REPO, snakemake, write_config

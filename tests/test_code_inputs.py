@@ -1,4 +1,4 @@
-"""Each job's code inputs are the import closure of what it runs (perfgrid.codeinputs), so
+"""Each job's code inputs are the import closure of what it runs (perfgrid.design.codeinputs), so
 editing a module reruns the jobs that run it, and no other."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from perfgrid import experiments, jobs
-from perfgrid.codeinputs import code_inputs
-from perfgrid.paths import PACKAGE
+from perfgrid import experiments
+from perfgrid.design import jobs
+from perfgrid.design.codeinputs import code_inputs
+from perfgrid.kit.paths import PACKAGE
 
 from helpers import edited, job_counts, run
 
@@ -42,7 +43,7 @@ def package(tmp_path: Path) -> Path:
             import numpy as np
             import pandas
 
-            from perfgrid import scaling
+            from perfgrid.analyse import scaling
 
 
             def write():
@@ -70,17 +71,17 @@ def package(tmp_path: Path) -> Path:
         "sub/deep.py": "from . import sibling\n",
         "sub/sibling.py": "",
         "sub/other.py": "",
-        "unused.py": "import perfgrid.plots\n",
+        "unused.py": "import perfgrid.publish.plots\n",
         "cli.py": """
-            from perfgrid.atomic import write
+            from perfgrid.kit.atomic import write
 
 
             def _plots():
-                from perfgrid.plots import write
+                from perfgrid.publish.plots import write
 
 
             def _report():
-                from perfgrid import report
+                from perfgrid.publish import report
             """,
         "atomic.py": "",
         "report.py": 'TEMPLATE = "page.html.j2"\n',
@@ -90,19 +91,19 @@ def package(tmp_path: Path) -> Path:
 
 
 def test_a_module_imported_inside_a_function_is_found(package):
-    found = listed(package, "perfgrid.plots")
+    found = listed(package, "perfgrid.publish.plots")
     assert "helpers.py" in found  # imported in write()
     assert "sub/other.py" in found  # imported in draw(), in a try
 
 
 def test_relative_imports_and_parent_packages_are_followed(package):
-    found = listed(package, "perfgrid.plots")
+    found = listed(package, "perfgrid.publish.plots")
     assert {"__init__.py", "scaling.py", "sub/__init__.py", "sub/deep.py",
             "sub/sibling.py"} <= set(found)
 
 
 def test_only_files_of_the_package_are_listed(package):
-    found = listed(package, "perfgrid.plots")
+    found = listed(package, "perfgrid.publish.plots")
     assert found == sorted(found)
     assert all((package / rel).is_file() for rel in found)
     # json, os.path (standard library), numpy, pandas (third party): no file of the package
@@ -112,14 +113,14 @@ def test_only_files_of_the_package_are_listed(package):
 
 
 def test_a_root_may_be_one_function_of_an_entry_point(package):
-    found = listed(package, "perfgrid.cli:_plots")
+    found = listed(package, "perfgrid.pipeline.cli:_plots")
     assert {"cli.py", "atomic.py", "plots.py", "helpers.py"} <= set(found)
     assert "report.py" not in found  # another command's import
-    assert "report.py" in listed(package, "perfgrid.cli")
+    assert "report.py" in listed(package, "perfgrid.pipeline.cli")
 
 
 def test_a_data_file_a_module_names_is_listed(package):
-    assert listed(package, "perfgrid.report") == ["__init__.py", "report.py",
+    assert listed(package, "perfgrid.publish.report") == ["__init__.py", "report.py",
                                                   "templates/page.html.j2"]
 
 
@@ -131,7 +132,7 @@ def real(*roots: str) -> set[str]:
 
 
 def plots_code(experiment: str) -> set[str]:
-    return real("perfgrid.cli:_plots", f"perfgrid.experiments.{experiment}.analysis")
+    return real("perfgrid.pipeline.cli:_plots", f"perfgrid.experiments.{experiment}.analysis")
 
 
 def test_a_plot_job_runs_the_plot_helpers_and_its_own_analysis_only():
@@ -149,7 +150,7 @@ def test_no_benchmark_or_table_job_runs_an_analysis_or_the_plot_helpers():
     for name in experiments.available():
         workload = {p.removeprefix(f"{PACKAGE}/")
                     for p in jobs.workload(experiments.get(name), str(PACKAGE))}
-        table = real("perfgrid.cli:_table", f"perfgrid.experiments.{name}")
+        table = real("perfgrid.pipeline.cli:_table", f"perfgrid.experiments.{name}")
         assert {"bench.py", f"experiments/{name}/__init__.py"} <= workload
         for code in (workload, table):
             assert not any(p.endswith("analysis.py") for p in code)
@@ -158,13 +159,13 @@ def test_no_benchmark_or_table_job_runs_an_analysis_or_the_plot_helpers():
 
 def test_the_report_reads_its_templates():
     assert {"report/__init__.py", "templates/report.html.j2",
-            "templates/report.md.j2"} <= real("perfgrid.cli:_report")
+            "templates/report.md.j2"} <= real("perfgrid.pipeline.cli:_report")
 
 
 def test_what_a_plot_job_imports_is_in_its_code_inputs():
     """The modules of perfgrid loaded by importing what a plot job runs, asked of Python
     itself, are all in the closure found by reading."""
-    script = ("import sys, perfgrid.plots, perfgrid.experiments.file_read.analysis\n"
+    script = ("import sys, perfgrid.publish.plots, perfgrid.experiments.file_read.analysis\n"
               "print('\\n'.join(m for m in sys.modules if m.startswith('perfgrid')))")
     loaded = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                             check=True).stdout.split()
@@ -180,7 +181,7 @@ def test_what_a_plot_job_imports_is_in_its_code_inputs():
 
 @pytest.mark.pipeline
 def test_editing_the_plot_helpers_reruns_the_plot_jobs(tree):
-    with edited(tree / "src/perfgrid/plots.py"):
+    with edited(tree / "src/perfgrid/publish/plots.py"):
         output = run(tree, "-n")
     # the report shows the figures: Snakemake makes it again after them
     assert job_counts(output) == {"plots": 1, "report": 1, "all": 1}
@@ -198,12 +199,12 @@ def test_editing_an_experiments_analysis_reruns_its_plots_and_report(tree):
 
 @pytest.mark.pipeline
 def test_editing_a_module_no_job_runs_reruns_nothing(tree):
-    with edited(tree / "src/perfgrid/gallery.py"):
+    with edited(tree / "src/perfgrid/publish/gallery.py"):
         assert "Nothing to be done" in run(tree, "-n")
 
 
 @pytest.mark.pipeline
 def test_editing_the_aggregation_reruns_the_tables_and_what_derives(tree):
-    with edited(tree / "src/perfgrid/aggregate.py"):
+    with edited(tree / "src/perfgrid/analyse/aggregate.py"):
         counts = job_counts(run(tree, "-n"))
     assert counts == {"table": 1, "plots": 1, "report": 1, "all": 1}

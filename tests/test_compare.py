@@ -10,10 +10,12 @@ import pandas as pd
 import pyperf
 import pytest
 
-from perfgrid import aggregate, cli, compare
-from perfgrid.atomic import write_json
+from perfgrid.analyse import aggregate
 from perfgrid.experiments import get
-from perfgrid.paths import Layout
+from perfgrid.kit.atomic import write_json
+from perfgrid.kit.paths import Layout
+from perfgrid.pipeline import cli
+from perfgrid.publish import compare
 
 from synthetic import file_read_table, result_folder
 
@@ -175,7 +177,7 @@ def test_literal_labels_are_drawn_as_written(label):
     import matplotlib.pyplot as plt
     from matplotlib import cbook
 
-    from perfgrid.analysis import literal
+    from perfgrid.analyse.analysis import literal
 
     assert not cbook.is_math_text(literal(label))
     fig, ax = plt.subplots()
@@ -306,7 +308,7 @@ def test_aa_stops_when_a_run_fails(tmp_path, monkeypatch):
     assert not (tmp_path / "results" / "compare").exists()
 
 
-# -- result sets of an earlier perfgrid, with rounds let go (perfgrid.aggregate.not_measured)
+# -- result sets of an earlier perfgrid, with rounds let go (perfgrid.analyse.aggregate.not_measured)
 def _write_note(path: Path, why: str, blocks: int) -> None:
     """The note an earlier perfgrid wrote where a round it let go would have its result."""
     write_json(path, {aggregate.NOT_MEASURED: {"look": "look-2.json", "why": why,

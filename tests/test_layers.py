@@ -22,9 +22,11 @@ from pathlib import Path
 import yaml
 
 import perfgrid
-from perfgrid import configschema, experiments, jobs
-from perfgrid.codeinputs import code_inputs
+from perfgrid import experiments
+from perfgrid.design import jobs
+from perfgrid.design.codeinputs import code_inputs
 from perfgrid.experiments.base import SCHEMA_FILE
+from perfgrid.pipeline import configschema
 
 SRC = Path(perfgrid.__file__).resolve().parent
 REPO = SRC.parents[1]
@@ -89,7 +91,7 @@ def test_no_import_runs_in_a_circle():
         order = list(TopologicalSorter(graph).static_order())
     except CycleError as err:
         raise AssertionError(f"import cycle: {' -> '.join(reversed(err.args[1]))}") from None
-    assert set(order) == set(graph) and "perfgrid.bench" in order
+    assert set(order) == set(graph) and "perfgrid.measure.bench" in order
 
 
 def reaches(graph: dict[str, set[str]], module: str) -> set[str]:
@@ -104,30 +106,30 @@ def reaches(graph: dict[str, set[str]], module: str) -> set[str]:
 
 
 def test_libraries_below_the_registry_stay_below_it():
-    """The counters' library (its worker entry point is perfgrid.counting_pass), the Erlang
+    """The counters' library (its worker entry point is perfgrid.measure.counting_pass), the Erlang
     runner (its compile helper is the tests'), the topology (with the CPU limit of
     ``workers: auto``) and machine.json's snapshot import neither the config's settings nor,
     but for machine's lazy tool and package lists, the registry."""
-    from perfgrid import erlang
+    from perfgrid.kit import erlang
 
     graph = import_graph()
-    for module in ("perfgrid.counters", "perfgrid.erlang", "perfgrid.topology"):
-        assert not reaches(graph, module) & {"perfgrid.experiments", "perfgrid.settings",
-                                             "perfgrid.jobs"}, module
-    assert "perfgrid.settings" not in reaches(graph, "perfgrid.machine")
-    assert reaches(graph, "perfgrid.topology") == set()  # the floor: sysfs and /proc only
-    assert "perfgrid.experiments" in graph["perfgrid.counting_pass"]
+    for module in ("perfgrid.measure.counters", "perfgrid.kit.erlang", "perfgrid.kit.topology"):
+        assert not reaches(graph, module) & {"perfgrid.experiments", "perfgrid.pipeline.settings",
+                                             "perfgrid.design.jobs"}, module
+    assert "perfgrid.pipeline.settings" not in reaches(graph, "perfgrid.measure.machine")
+    assert reaches(graph, "perfgrid.kit.topology") == set()  # the floor: sysfs and /proc only
+    assert "perfgrid.experiments" in graph["perfgrid.measure.counting_pass"]
     assert not hasattr(erlang, "compile_modules")
 
 
 #: modules no benchmark job may run: the statistics, the analysis and what publishes it, the
 #: config's settings and the pipeline's own code. Each module a benchmark job imports is a
-#: code input of every benchmark job (perfgrid.codeinputs), so an edit to one of these (a
+#: code input of every benchmark job (perfgrid.design.codeinputs), so an edit to one of these (a
 #: docstring) would rerun the whole measurement.
 NOT_MEASUREMENT = ("stats", "analysis", "report", "aa", "pooling", "gallery", "settings",
                    "glue", "aggregate", "betweenrun", "readings", "recording", "plots",
                    "scaling", "compare", "claimrow", "ledger", "codeinputs", "progress")
-#: the most lines of Python file_read's benchmark jobs may run (4,330 with perfgrid.stats)
+#: the most lines of Python file_read's benchmark jobs may run (4,330 with perfgrid.analyse.stats)
 FILE_READ_LINES = 3500
 
 
@@ -139,7 +141,7 @@ def benchmark_code(name: str) -> dict[str, list[str]]:
         return [Path(p).relative_to(SRC).as_posix() for p in paths]
 
     return {"sweep": relative(jobs.workload(experiments.get(name), str(SRC))),
-            "block": relative(code_inputs(str(SRC), "perfgrid.block"))}
+            "block": relative(code_inputs(str(SRC), "perfgrid.measure.block"))}
 
 
 def test_no_benchmark_job_runs_the_statistics_the_analysis_or_the_pipeline():
@@ -162,7 +164,7 @@ def test_file_reads_benchmark_jobs_run_little_code():
 
 def test_shared_modules_reach_experiments_only_through_the_registry():
     names = experiments.available()
-    own = {name: (f"perfgrid.experiments.{name}", f"perfgrid.analysis.{name}") for name in names}
+    own = {name: (f"perfgrid.experiments.{name}", f"perfgrid.analyse.analysis.{name}") for name in names}
 
     def owner(module: str) -> str | None:
         return next((name for name, roots in own.items()
@@ -172,18 +174,18 @@ def test_shared_modules_reach_experiments_only_through_the_registry():
                    for target in targets
                    if owner(target) is not None and owner(target) != owner(module))
     assert wrong == []
-    assert owner("perfgrid.experiments.http.load") == "http" and owner("perfgrid.bench") is None
+    assert owner("perfgrid.experiments.http.load") == "http" and owner("perfgrid.measure.bench") is None
 
 
 def test_what_the_snakefile_imports_leaves_scipy_out():
-    """Every dry run parses the Snakefile: scipy (perfgrid.stats) there was ~0.1 s of the
+    """Every dry run parses the Snakefile: scipy (perfgrid.analyse.stats) there was ~0.1 s of the
     up-to-date dry run's ~2.2 s."""
     common = (REPO / "workflow" / "rules" / "common.smk").read_text()
     names = re.search(r"from perfgrid import \(([^)]*)\)", common).group(1).split(",")
     code = "".join(f"import perfgrid.{name.strip()}\n" for name in names if name.strip())
     code += ("import sys\nfrom perfgrid import experiments\n"
              "[experiments.get(name) for name in experiments.available()]\n"
-             "assert 'perfgrid.noiseprofile' in sys.modules\n"
+             "assert 'perfgrid.pipeline.noiseprofile' in sys.modules\n"
              "print(sorted(m for m in sys.modules if m.partition('.')[0] == 'scipy'))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
@@ -193,7 +195,7 @@ def test_what_the_snakefile_imports_leaves_scipy_out():
 def test_machine_json_names_the_tools_an_experiment_declares():
     """machine.json's tools: cc and perf, erl, then those experiments declare (file_read's
     dd and fio, http's ab, ...), in report order."""
-    from perfgrid import machine
+    from perfgrid.measure import machine
 
     declared = [key for name in experiments.available() for key in experiments.get(name).tools()]
     assert list(machine.tools()) == [*machine.TOOL_VERSION, "erl", *declared]
@@ -206,7 +208,7 @@ def test_machine_json_names_the_tools_an_experiment_declares():
 def test_machine_json_names_the_packages_experiments_declare_each_once():
     """machine.json's packages: perfgrid's own, then those experiments declare (uvloop, by
     timers, ring and http), from the registry's one list."""
-    from perfgrid import machine
+    from perfgrid.measure import machine
 
     users = [n for n in experiments.available() if "uvloop" in experiments.get(n).packages]
     assert {"timers", "ring", "http"} <= set(users)
@@ -234,14 +236,14 @@ ALLOWED = {
 }
 #: shared files that may use some such words, each for its reason
 EXEMPT = {
-    ("src/perfgrid/eventloops.py", "asyncio"): "the event loops module: one helper for the "
+    ("src/perfgrid/kit/eventloops.py", "asyncio"): "the event loops module: one helper for the "
     "loops that timers, ring and http offer as variants, named after the loops it makes",
-    ("src/perfgrid/eventloops.py", "uvloop"): "as asyncio",
-    ("src/perfgrid/pagecache.py", "cache"): "the page-cache helper (file_read's cache axis is "
+    ("src/perfgrid/kit/eventloops.py", "uvloop"): "as asyncio",
+    ("src/perfgrid/kit/pagecache.py", "cache"): "the page-cache helper (file_read's cache axis is "
     "its states): a helper any workload may use, kept outside file_read's package",
-    ("src/perfgrid/pagecache.py", "warm"): "as cache",
-    ("src/perfgrid/pagecache.py", "cold"): "as cache",
-    ("src/perfgrid/topology.py", "cache"): "sysfs's cpu*/cache folder (the L3 groups)",
+    ("src/perfgrid/kit/pagecache.py", "warm"): "as cache",
+    ("src/perfgrid/kit/pagecache.py", "cold"): "as cache",
+    ("src/perfgrid/kit/topology.py", "cache"): "sysfs's cpu*/cache folder (the L3 groups)",
     ("workflow/rules/common.smk", "gc"): "Python's gc module (gc.freeze), not timers' gc axis",
 }
 #: a word's characters: a word is found only where neither side continues it

@@ -14,9 +14,9 @@ import pytest
 import yaml
 from scipy import stats as sps
 
-from perfgrid import cli, config_errors, noiseprofile, settings
-from perfgrid.paths import Layout
-from perfgrid.report import formatting, pages, run_facts
+from perfgrid.kit.paths import Layout
+from perfgrid.pipeline import cli, config_errors, noiseprofile, settings
+from perfgrid.publish.report import formatting, pages, run_facts
 
 from helpers import FULL, REPO, compile_native, need
 
@@ -189,7 +189,7 @@ def test_a_planned_side_gets_a_benchmark_jobs_options_and_command(tmp_path):
     assert (pair.a.label, pair.b.label) == ("python", "native")
     assert pair.b.options == {"binary": str(program)} and pair.a.options == {}
     words = pair.b.command(5, 1, tmp_path / "r.json")
-    assert words[1:4] == ["-m", "perfgrid.bench", "syscall"]
+    assert words[1:4] == ["-m", "perfgrid.measure.bench", "syscall"]
     assert " ".join(words).endswith(
         "--point variant=native --point call=getuid --point binding=single --point workers=1 "
         f"--option binary={program} --processes 1 --values 5 --warmups 1 --loops 5000 "

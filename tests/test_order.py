@@ -1,6 +1,6 @@
 """The order benchmark jobs run in: no numeric axis lines up with time, and drift averages out.
 
-The plan (perfgrid.order) is what Snakemake follows: every benchmark job's
+The plan (perfgrid.design.order) is what Snakemake follows: every benchmark job's
 priority is its place in it (the pipeline test checks the recorded start
 order against the plan). Here the plan itself is checked on the whole
 config/quick.yaml grid, and a drifting machine is simulated on a toy
@@ -15,8 +15,10 @@ import yaml
 from scipy.special import ndtri
 from scipy.stats import spearmanr
 
-from perfgrid import configschema, experiments, order, planning, settings
-from perfgrid.paths import REPO
+from perfgrid import experiments
+from perfgrid.design import order, planning
+from perfgrid.kit.paths import REPO
+from perfgrid.pipeline import configschema, settings
 
 #: the numeric axes of the grids (the issue names workers, block size, chains, concurrency)
 NUMERIC_AXES = ("workers", "block_size", "chains", "concurrency", "tasks", "total")
@@ -299,7 +301,7 @@ def test_the_full_runs_claim_groups_put_a_claims_sides_seconds_apart() -> None:
 def test_draws_order_units_groups_and_jobs_uniformly() -> None:
     """Each drawn row keeps a unit's jobs, and a group's inside it, together, and every
     unit, group and job is equally likely to come first: the draws are sorts on random
-    keys (perfgrid.order._draws), and a key mixed up between levels would show here."""
+    keys (perfgrid.design.order._draws), and a key mixed up between levels would show here."""
     units = [[[0, 1, 2]], [[3]], [[4], [5, 6]]]  # a block, a job alone, a block of 2 groups
     rows = order._draws(units, 7, 6000, np.random.default_rng(3))
     assert rows.shape == (6000, 7)

@@ -1,6 +1,6 @@
-"""The run's plan (perfgrid.plan), built from the shipped configs without Snakemake: every
+"""The run's plan (perfgrid.design.plan), built from the shipped configs without Snakemake: every
 job once and in one order, its command words, result and rule, the claim blocks as
-perfgrid.block reads them, and the rules' functions (perfgrid.glue) in step with it."""
+perfgrid.measure.block reads them, and the rules' functions (perfgrid.pipeline.glue) in step with it."""
 
 from __future__ import annotations
 
@@ -13,10 +13,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from perfgrid import block, experiments, glue, planning, progress, settings
-from perfgrid.config_errors import ConfigError
-from perfgrid.paths import Layout
-from perfgrid.plan import Plan, build, write
+from perfgrid import experiments
+from perfgrid.design import planning
+from perfgrid.design.plan import Plan, build, write
+from perfgrid.kit.paths import Layout
+from perfgrid.measure import block
+from perfgrid.pipeline import glue, progress, settings
+from perfgrid.pipeline.config_errors import ConfigError
 
 from helpers import REPO
 
@@ -219,9 +222,9 @@ def _sections(finished: float) -> list[dict]:
 @pytest.mark.parametrize("ended_after, marked", [(81, True), (79, False)])
 def test_the_report_marks_a_run_whose_benchmarks_ended_past_its_budget(tmp_path, ended_after,
                                                                         marked):
-    from perfgrid.atomic import write_json
-    from perfgrid.report import over_budget
-    from perfgrid.report.pages import _cut_words
+    from perfgrid.kit.atomic import write_json
+    from perfgrid.publish.report import over_budget
+    from perfgrid.publish.report.pages import _cut_words
 
     cfg = config(*CONFIGS["full"])
     layout = Layout(tmp_path / cfg["host"])
@@ -242,9 +245,9 @@ def test_the_report_marks_a_run_whose_benchmarks_ended_past_its_budget(tmp_path,
 def test_the_report_counts_the_rounds_an_earlier_perfgrid_let_go(tmp_path):
     """A result set of an earlier perfgrid, whose looks or clock let rounds go, each a note
     where its result would be: the report still says the run was cut."""
-    from perfgrid.atomic import write_json
-    from perfgrid.report import let_go
-    from perfgrid.report.pages import _cut_words
+    from perfgrid.kit.atomic import write_json
+    from perfgrid.publish.report import let_go
+    from perfgrid.publish.report.pages import _cut_words
 
     layout = Layout(tmp_path / "old")
     for round_ in (4, 5):

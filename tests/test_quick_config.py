@@ -17,9 +17,12 @@ import pytest
 import yaml
 from test_compare import rounds_folder
 
-from perfgrid import counters, experiments, jobs, ledger
-from perfgrid.paths import Layout
-from perfgrid.report.claims import read_claims
+from perfgrid import experiments
+from perfgrid.analyse import ledger
+from perfgrid.design import jobs
+from perfgrid.kit.paths import Layout
+from perfgrid.measure import counters
+from perfgrid.publish.report.claims import read_claims
 
 from helpers import SNAKEMAKE, copy_workflow
 from verdicts import judged, problems
@@ -29,8 +32,8 @@ pytestmark = [pytest.mark.pipeline, pytest.mark.snakemake]
 QUICK = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "quick.yaml")
                        .read_text())
 HOST = QUICK["host"]
-#: what a user types: ``perfgrid ...`` is this interpreter's perfgrid.cli
-PERFGRID = [sys.executable, "-m", "perfgrid.cli"]
+#: what a user types: ``perfgrid ...`` is this interpreter's perfgrid.pipeline.cli
+PERFGRID = [sys.executable, "-m", "perfgrid.pipeline.cli"]
 
 
 @pytest.fixture(scope="session")

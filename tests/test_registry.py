@@ -14,18 +14,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from perfgrid import (
-    analysis,
-    config_errors,
-    configschema,
-    experiments,
-    fixtures,
-    jobs,
-    planning,
-    settings,
-    testfile,
-)
-from perfgrid.paths import PACKAGE, Layout
+from perfgrid import experiments
+from perfgrid.analyse import analysis
+from perfgrid.design import jobs, planning
+from perfgrid.kit import testfile
+from perfgrid.kit.paths import PACKAGE, Layout
+from perfgrid.measure import fixtures
+from perfgrid.pipeline import config_errors, configschema, settings
 
 from helpers import snakemake, write_config
 

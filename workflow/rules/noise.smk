@@ -1,4 +1,4 @@
-# The noise profile, measured before the benchmarks (perfgrid.noiseprofile).
+# The noise profile, measured before the benchmarks (perfgrid.pipeline.noiseprofile).
 
 rule noise_profile:
     input:
@@ -23,5 +23,5 @@ rule noise_profile:
     conda:
         CONDA_ENV
     shell:
-        "python -m perfgrid.cli noise --config-json {params.config} --blocks {params.blocks} "
+        "python -m perfgrid.pipeline.cli noise --config-json {params.config} --blocks {params.blocks} "
         "--seed {params.seed} --lock {params.lock:q} --out {output:q} > {log:q} 2>&1"

@@ -1,0 +1,282 @@
+"""The plan of a run: which benchmark jobs run, in what order, for how many rounds, and with
+which command line. One pure function (:func:`build`) of the effective config
+(perfgrid.pipeline.settings) and the experiment registry (perfgrid.experiments). The rounds are
+fixed before the run and every job runs: nothing in the data or the clock changes them.
+
+Snakemake builds it once while it parses the workflow (workflow/rules/common.smk), rule
+``plan`` writes it as ``results/<host>/plan.json`` (:meth:`Plan.to_json`), and the rest
+reads it: the rules' input and params functions (perfgrid.pipeline.glue), the claim blocks' command
+lines (perfgrid.measure.block), the progress line (perfgrid.pipeline.progress) and the report's note on
+the time budget.
+
+The words, used in this sense in code and names:
+
+point
+    One combination of an experiment's axis values, as its result path spells it
+    (``variant=read/block_size=4096``). Points this machine cannot run are skipped
+    (skipped.json) and never planned.
+claim point, sweep point
+    A claim point is one that a claim of its experiment compares
+    (``Experiment.used_by_claims``): it is measured with ``measure.claims`` over
+    ``measure``. Every other point is a sweep point: the grid the plots draw.
+round
+    One independent measurement of a point, with its own result file
+    (``.../round=2.json`` where the experiment's points have more than one). A claim point
+    has ``measure.claims.rounds`` (or fewer, where its experiment keeps a costly point
+    short), any point at least ``measure.rounds``. Round r of every point runs in phase r
+    of the run (perfgrid.design.order).
+job
+    One round of one point: the harness's command words, the result and log it writes,
+    and its priority, its place in the run's order (the first job highest; Snakemake
+    runs the ready job of highest priority first).
+block
+    One round of an experiment's points that have more than one round (its claim
+    points), run back to back by one Snakemake job (perfgrid.measure.block), so a claim's sides
+    are seconds apart: rule ``<experiment>_round_<r>`` (``_part_<p>`` for a later part of
+    the same round). A point measured once is a job of its experiment's own rule, the
+    sweep rule, named after the experiment.
+budget
+    The time the design is sized to take on a slow day (``budget.minutes``). It cuts
+    nothing: every run measures every job of its plan, so the rounds, and the verdicts'
+    intervals, never depend on the day. The progress line counts down to it and the
+    report says when a run took longer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perfgrid import experiments
+from perfgrid.design import jobs, order, planning
+from perfgrid.kit.paths import Layout
+from perfgrid.measure import block, jobargs
+
+
+@dataclass(frozen=True)
+class Job:
+    """One benchmark job: one round of one point."""
+
+    experiment: str
+    #: the point's axis values, typed, in axis order
+    point: dict[str, Any]
+    round: int
+    #: how many rounds the point has
+    rounds: int
+    #: whether a claim compares the point (a claim point)
+    claim: bool
+    #: its place in the run's order as a Snakemake priority: the first job -1, then -2 ...
+    priority: int
+    #: the rule that makes it: its experiment's sweep rule or a claim block
+    rule: str
+    #: the harness's words for the point, round and repetitions (:func:`bench_words`)
+    bench: tuple[str, ...]
+    #: its experiment's ``--option KEY=VALUE`` words (perfgrid.design.jobs)
+    options: tuple[str, ...]
+    result: str
+    log: str
+
+    @property
+    def key(self) -> order.JobKey:
+        """(experiment, axis values as text, round): what Snakemake's wildcards name."""
+        axes = experiments.get(self.experiment).axes
+        return self.experiment, tuple(str(self.point[a]) for a in axes), self.round
+
+    def to_json(self) -> dict[str, Any]:
+        return {"experiment": self.experiment, "point": self.point,
+                "key": experiments.get(self.experiment).point_key(self.point),
+                "round": self.round, "rounds": self.rounds, "claim": self.claim,
+                "priority": self.priority, "rule": self.rule, "bench": list(self.bench),
+                "options": list(self.options), "result": self.result, "log": self.log}
+
+
+@dataclass(frozen=True)
+class Block:
+    """A claim block: one Snakemake job measuring one round of an experiment's points
+    back to back (perfgrid.measure.block)."""
+
+    name: str
+    experiment: str
+    round: int
+    #: 1, or 2, 3 ... for a later block of the same experiment and round
+    part: int
+    #: its first job's priority
+    priority: int
+    #: its jobs' results, in the order they are measured
+    results: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"experiment": self.experiment, "round": self.round, "part": self.part,
+                "priority": self.priority, "results": list(self.results)}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every benchmark job of a run and how it runs (:func:`build`)."""
+
+    #: the result set's folder (``results/<host>``)
+    root: str
+    #: every job, in grid order (experiment, then round, then the grid's own order)
+    jobs: tuple[Job, ...]
+    #: the claim blocks by name, in the order they run
+    blocks: dict[str, Block]
+    #: each experiment's most rounds of any point: >1, its results are folders of rounds
+    rounds: dict[str, int]
+    #: the time budget: ``minutes`` (None: none), which cuts nothing
+    budget: dict[str, Any]
+    _by_key: dict[order.JobKey, Job] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_key", {job.key: job for job in self.jobs})
+
+    def job(self, key: order.JobKey) -> Job | None:
+        """The job of ``key`` (:attr:`Job.key`), or None where the plan has none."""
+        return self._by_key.get(key)
+
+    def results(self, experiment: str) -> list[str]:
+        """The results of ``experiment``'s jobs, in grid order."""
+        return [job.result for job in self.jobs if job.experiment == experiment]
+
+    def block_plan(self, name: str) -> dict[str, Any]:
+        """What claim block ``name`` runs, as perfgrid.measure.block reads it (block.from_plan)."""
+        members = self.blocks[name]
+        wanted = set(members.results)
+        return block.from_plan({"blocks": {name: members.to_json()},
+                                "jobs": [j.to_json() for j in self.jobs if j.result in wanted]},
+                               name)
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan as plain data (plan.json): ``root``, ``budget``, ``experiments`` (each
+        one's most ``rounds``), ``jobs`` (grid order) and ``blocks`` (by name, in run
+        order)."""
+        return {"root": self.root, "budget": self.budget,
+                "experiments": {e: {"rounds": n} for e, n in self.rounds.items()},
+                "jobs": [job.to_json() for job in self.jobs],
+                "blocks": {name: b.to_json() for name, b in self.blocks.items()}}
+
+    def digest(self) -> str:
+        """A short hash of :meth:`to_json`: rule plan's params, so a changed plan is
+        written again."""
+        return short_digest(json.dumps(self.to_json(), sort_keys=True, separators=(",", ":")))
+
+
+#: what a job's design is: what it measures and how often, not when or where it writes
+DESIGN_FIELDS = ("experiment", "key", "round", "rounds", "claim", "bench", "options")
+
+
+def design_digest(plan: dict[str, Any]) -> str:
+    """A short hash of what a plan (plan.json's data) measures: every job's experiment,
+    point, round, rounds, claim flag and command words, in a canonical order; not its
+    place in the run's order, its paths or the host. Two runs of one design are
+    comparable run for run (perfgrid.analyse.betweenrun)."""
+    jobs = sorted(([job.get(k) for k in DESIGN_FIELDS] for job in plan.get("jobs", [])),
+                  key=lambda job: json.dumps(job, sort_keys=True))
+    return short_digest(json.dumps(jobs, sort_keys=True, separators=(",", ":")))
+
+
+def short_digest(text: str) -> str:
+    """A short hash of ``text``, for a params digest that Snakemake records and compares."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def bench_words(cfg: dict[str, Any], layout: Layout, experiment: str, point: dict[str, Any],
+                round_: int | str | None = None,
+                text: dict[str, str] | None = None) -> list[str]:
+    """The harness's own words for one point (and round): its axes (``text``: as a job's
+    wildcards spell them; else as its result path does), its repetitions, the lock and
+    the noise limits (perfgrid.measure.bench)."""
+    words = []
+    for axis in experiments.get(experiment).axes:
+        words += ["--point", f"{axis}={(text or point)[axis]}"]
+    words += planning.measure_args(cfg, experiment, point)
+    words += ["--lock", str(layout.bench_lock)]
+    words += ["--busy-share", str(cfg["noise"]["busy_share"])]
+    words += ["--steal-share", str(cfg["noise"]["steal_share"]), "--verbose"]
+    if round_ is not None:
+        words += ["--round", str(round_)]
+    return words
+
+
+def option_words(cfg: dict[str, Any], layout: Layout, experiment: str,
+                 point: dict[str, Any]) -> list[str]:
+    """``point``'s ``--option KEY=VALUE`` words, asked of its experiment (perfgrid.design.jobs)."""
+    exp = experiments.get(experiment)
+    return jobargs.option_words(jobs.options(exp, point, cfg, layout))
+
+
+def build(cfg: dict[str, Any], layout: Layout) -> Plan:
+    """The plan of a run of the effective config ``cfg`` (``settings.validated``) into
+    ``layout``: every job this machine can run, in the order perfgrid.design.order draws, and its
+    claim blocks."""
+    names = list(cfg["experiments"])
+    axes = {e: experiments.get(e).axes for e in names}
+    listed = planning.jobs(cfg)
+    block_of = planning.claim_block(cfg)
+    ordered = order.planned(listed, cfg["order"]["shuffle"], cfg["order"]["seed"],
+                            block=block_of, group=planning.claim_group)
+    priority = order.priorities(ordered, axes)
+    runs = _block_runs(block_of, ordered)
+    rule_of = {id(job): name for name, *_, members in runs for job in members}
+    rounds = {e: planning.rounds_of(cfg, e) for e in names}
+    planned = []
+    for job in listed:
+        exp = experiments.get(job.experiment)
+        round_ = job.round if rounds[job.experiment] > 1 else None
+        planned.append(Job(
+            experiment=job.experiment, point=job.point, round=job.round,
+            rounds=planning.rounds_of(cfg, job.experiment, job.point),
+            claim=exp.used_by_claims(job.point),
+            priority=priority[job.key(axes[job.experiment])],
+            rule=rule_of.get(id(job), job.experiment),
+            bench=tuple(bench_words(cfg, layout, job.experiment, job.point, round_)),
+            options=tuple(option_words(cfg, layout, job.experiment, job.point)),
+            result=layout.raw_result(job.experiment, job.point, round=round_),
+            log=layout.point_log(job.experiment, job.point, round_)))
+    result_of = {id(job): p.result for job, p in zip(listed, planned, strict=True)}
+    blocks = {name: Block(name=name, experiment=experiment, round=round_, part=part,
+                          priority=priority[members[0].key(axes[experiment])],
+                          results=tuple(result_of[id(job)] for job in members))
+              for name, experiment, round_, part, members in runs}
+    return Plan(root=str(layout.root), jobs=tuple(planned), blocks=blocks, rounds=rounds,
+                budget={"minutes": cfg["budget"]["minutes"]})
+
+
+def _block_runs(key_of: Callable[[order.Job], tuple[str, int] | None],
+                ordered: list[order.Job]) -> list[tuple[str, str, int, int, list[order.Job]]]:
+    """The claim blocks as they run: (name, experiment, round, part, jobs) for each stretch
+    of ``ordered`` (``order.planned``'s plan) whose jobs share one block key (``key_of``:
+    experiment and round) once the jobs outside any block are left out. A later stretch of
+    the same key is its next part: ``spawn_round_3``, then ``spawn_round_3_part_2``."""
+    stretches: list[tuple[tuple[str, int], list[order.Job]]] = []
+    for job in ordered:
+        key = key_of(job)
+        if key is None:
+            continue
+        if stretches and stretches[-1][0] == key:
+            stretches[-1][1].append(job)
+        else:
+            stretches.append((key, [job]))
+    parts: dict[tuple[str, int], int] = {}
+    out = []
+    for (experiment, round_), members in stretches:
+        part = parts[experiment, round_] = parts.get((experiment, round_), 0) + 1
+        name = f"{experiment}_round_{round_}" + (f"_part_{part}" if part > 1 else "")
+        out.append((name, experiment, round_, part, members))
+    return out
+
+
+def write(plan: Plan, path: str | Path, log: str | Path | None = None) -> None:
+    """Write ``plan`` as JSON to ``path`` (plan.json) at once (perfgrid.kit.atomic); a line
+    to ``log`` counts what it holds."""
+    from perfgrid.kit.atomic import write_json
+
+    write_json(path, plan.to_json())
+    if log is not None:
+        Path(log).parent.mkdir(parents=True, exist_ok=True)
+        Path(log).write_text(f"plan: {len(plan.jobs)} benchmark jobs, {len(plan.blocks)} "
+                             f"claim blocks, digest {plan.digest()}\n")
+
