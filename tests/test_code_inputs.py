@@ -1,5 +1,5 @@
-"""Each job's code inputs are the import closure of what it runs (perfgrid.design.codeinputs), so
-editing a module reruns the jobs that run it, and no other."""
+"""Each job's code inputs are the import closure of what it runs
+(perfgrid.design.codeinputs), so editing a module reruns the jobs that run it, and no other."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def package(tmp_path: Path) -> Path:
             import numpy as np
             import pandas
 
-            from perfgrid.analyse import scaling
+            from perfgrid import scaling
 
 
             def write():
@@ -71,17 +71,17 @@ def package(tmp_path: Path) -> Path:
         "sub/deep.py": "from . import sibling\n",
         "sub/sibling.py": "",
         "sub/other.py": "",
-        "unused.py": "import perfgrid.publish.plots\n",
+        "unused.py": "import perfgrid.plots\n",
         "cli.py": """
-            from perfgrid.kit.atomic import write
+            from perfgrid.atomic import write
 
 
             def _plots():
-                from perfgrid.publish.plots import write
+                from perfgrid.plots import write
 
 
             def _report():
-                from perfgrid.publish import report
+                from perfgrid import report
             """,
         "atomic.py": "",
         "report.py": 'TEMPLATE = "page.html.j2"\n',
@@ -91,19 +91,19 @@ def package(tmp_path: Path) -> Path:
 
 
 def test_a_module_imported_inside_a_function_is_found(package):
-    found = listed(package, "perfgrid.publish.plots")
+    found = listed(package, "perfgrid.plots")
     assert "helpers.py" in found  # imported in write()
     assert "sub/other.py" in found  # imported in draw(), in a try
 
 
 def test_relative_imports_and_parent_packages_are_followed(package):
-    found = listed(package, "perfgrid.publish.plots")
+    found = listed(package, "perfgrid.plots")
     assert {"__init__.py", "scaling.py", "sub/__init__.py", "sub/deep.py",
             "sub/sibling.py"} <= set(found)
 
 
 def test_only_files_of_the_package_are_listed(package):
-    found = listed(package, "perfgrid.publish.plots")
+    found = listed(package, "perfgrid.plots")
     assert found == sorted(found)
     assert all((package / rel).is_file() for rel in found)
     # json, os.path (standard library), numpy, pandas (third party): no file of the package
@@ -113,14 +113,14 @@ def test_only_files_of_the_package_are_listed(package):
 
 
 def test_a_root_may_be_one_function_of_an_entry_point(package):
-    found = listed(package, "perfgrid.pipeline.cli:_plots")
+    found = listed(package, "perfgrid.cli:_plots")
     assert {"cli.py", "atomic.py", "plots.py", "helpers.py"} <= set(found)
     assert "report.py" not in found  # another command's import
-    assert "report.py" in listed(package, "perfgrid.pipeline.cli")
+    assert "report.py" in listed(package, "perfgrid.cli")
 
 
 def test_a_data_file_a_module_names_is_listed(package):
-    assert listed(package, "perfgrid.publish.report") == ["__init__.py", "report.py",
+    assert listed(package, "perfgrid.report") == ["__init__.py", "report.py",
                                                   "templates/page.html.j2"]
 
 
@@ -139,11 +139,11 @@ def test_a_plot_job_runs_the_plot_helpers_and_its_own_analysis_only():
     names = experiments.available()
     for name in names:
         found = plots_code(name)
-        assert {"plots.py", "scaling.py", "analysis/__init__.py",
+        assert {"publish/plots.py", "analyse/scaling.py", "analyse/analysis/__init__.py",
                 f"experiments/{name}/analysis.py"} <= found
         assert not {f"experiments/{other}/analysis.py" for other in names} - {
             f"experiments/{name}/analysis.py"} & found
-        assert "bench.py" not in found and "report/__init__.py" not in found
+        assert "measure/bench.py" not in found and "publish/report/__init__.py" not in found
 
 
 def test_no_benchmark_or_table_job_runs_an_analysis_or_the_plot_helpers():
@@ -151,14 +151,14 @@ def test_no_benchmark_or_table_job_runs_an_analysis_or_the_plot_helpers():
         workload = {p.removeprefix(f"{PACKAGE}/")
                     for p in jobs.workload(experiments.get(name), str(PACKAGE))}
         table = real("perfgrid.pipeline.cli:_table", f"perfgrid.experiments.{name}")
-        assert {"bench.py", f"experiments/{name}/__init__.py"} <= workload
+        assert {"measure/bench.py", f"experiments/{name}/__init__.py"} <= workload
         for code in (workload, table):
             assert not any(p.endswith("analysis.py") for p in code)
-            assert "plots.py" not in code
+            assert "publish/plots.py" not in code
 
 
 def test_the_report_reads_its_templates():
-    assert {"report/__init__.py", "templates/report.html.j2",
+    assert {"publish/report/__init__.py", "templates/report.html.j2",
             "templates/report.md.j2"} <= real("perfgrid.pipeline.cli:_report")
 
 

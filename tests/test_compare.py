@@ -308,7 +308,8 @@ def test_aa_stops_when_a_run_fails(tmp_path, monkeypatch):
     assert not (tmp_path / "results" / "compare").exists()
 
 
-# -- result sets of an earlier perfgrid, with rounds let go (perfgrid.analyse.aggregate.not_measured)
+# -- result sets of an earlier perfgrid, with rounds let go
+# (perfgrid.analyse.aggregate.not_measured)
 def _write_note(path: Path, why: str, blocks: int) -> None:
     """The note an earlier perfgrid wrote where a round it let go would have its result."""
     write_json(path, {aggregate.NOT_MEASURED: {"look": "look-2.json", "why": why,

@@ -318,9 +318,9 @@ def test_a_a_run_reports_the_noise_floor(tree):
                                       "workers": [1]}}
     (tree / "aa.yaml").write_text(yaml.safe_dump(config))
     done = subprocess.run(
-        [*SNAKEMAKE[:1], "-m", "perfgrid.pipeline.cli", "aa", "--configfile", "aa.yaml", "--label", "aa",
-         "--cores", "2", "--", "--until", "table"], cwd=tree, capture_output=True, text=True,
-        timeout=900)
+        [*SNAKEMAKE[:1], "-m", "perfgrid.pipeline.cli", "aa", "--configfile", "aa.yaml",
+         "--label", "aa", "--cores", "2", "--", "--until", "table"], cwd=tree,
+        capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "testable points" in done.stdout and "claims changed verdict" in done.stdout
     for side in ("a", "b"):

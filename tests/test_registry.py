@@ -59,7 +59,7 @@ def test_an_experiment_is_one_package_of_the_same_files():
             [f"experiments/{name}/erlang/{exp.erlang_module}.erl"] if exp.erlang_module else [])
     assert [p.name for p in (PACKAGE / "native").iterdir()] == ["perfgrid.h"]
     assert [p.name for p in (PACKAGE / "erlang_src").iterdir()] == ["pg_util.erl"]
-    assert not [p for p in (PACKAGE / "analysis").glob("*.py")
+    assert not [p for p in (PACKAGE / "analyse" / "analysis").glob("*.py")
                 if p.stem in experiments.available()]
 
 

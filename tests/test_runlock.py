@@ -1,4 +1,5 @@
-"""One run at a time on a result set, from whichever working directory (perfgrid.measure.runlock)."""
+"""One run at a time on a result set, from whichever working directory
+(perfgrid.measure.runlock)."""
 
 from __future__ import annotations
 

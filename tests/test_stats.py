@@ -335,7 +335,8 @@ def test_rounds_to_settle_says_when_it_cannot_tell() -> None:
 
 
 def test_the_harness_computes_a_points_interval_as_the_table_does() -> None:
-    """perfgrid.measure.bench stops a point on perfgrid.kit.interval's rate, without this module: the
+    """perfgrid.measure.bench stops a point on perfgrid.kit.interval's rate, without this module:
+    the
     same value, interval, method and rounds as stats.rate's, with rounds or without."""
     from perfgrid.kit import interval
 

@@ -201,7 +201,8 @@ def test_this_machine_reads():
     assert topo.summary()["cores"] >= 1
 
 
-# -- the CPU limit of workers: auto (topology.cpu_limit; perfgrid.pipeline.settings words its errors)
+# -- the CPU limit of workers: auto (topology.cpu_limit; perfgrid.pipeline.settings words its
+# errors)
 
 
 def test_the_cpu_limit_lives_beside_the_topology_and_settings_words_its_error(tmp_path):

@@ -8,9 +8,9 @@ import time
 
 from perfgrid import experiments
 from perfgrid.design import codeinputs, jobs, plan, planning
+from perfgrid.kit.paths import Layout
 from perfgrid.measure import fixtures
 from perfgrid.pipeline import config_errors, glue, settings
-from perfgrid.kit.paths import Layout
 
 # Snakemake's ~130,000 objects, kept all run: frozen, the cyclic collector scans them no
 # more while the workflow is parsed (about 0.5 s of an up-to-date dry run)

@@ -101,7 +101,8 @@ def _workload(name: str, src: str) -> tuple[str, ...]:
                for path in experiments.get(name).sources()]
     # the counting pass runs as a process of its own (counters.PASS_MODULE): no import
     # leads to it
-    return tuple(code_inputs(src, "perfgrid.measure.bench", "perfgrid.measure.counting_pass", *modules))
+    return tuple(code_inputs(src, "perfgrid.measure.bench", "perfgrid.measure.counting_pass",
+                             *modules))
 
 
 def merged_inputs(points: Iterable[tuple[Experiment, Point]], config: dict[str, Any],

@@ -205,7 +205,8 @@ class Experiment:
     def tools(self) -> dict[str, Tool]:
         """Installed programs its jobs run beyond perfgrid.measure.machine's ``TOOL_VERSION`` and
         erl, by name (:class:`Tool`): machine.json records their versions
-        (perfgrid.measure.machine.tools) and the crate describes them (perfgrid.publish.crate), neither of
+        (perfgrid.measure.machine.tools) and the crate describes them (perfgrid.publish.crate),
+        neither of
         which names an experiment."""
         return {}
 

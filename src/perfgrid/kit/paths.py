@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 #: the perfgrid package (src/perfgrid): the code jobs run, and the sources of their programs
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]
 #: what every C program includes (``perfgrid.h``), under :data:`PACKAGE`; each program's
 #: own source is in its experiment's package (``experiments/<name>/native/``)
 NATIVE_SOURCES = "native"

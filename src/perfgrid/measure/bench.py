@@ -147,7 +147,8 @@ def batch_argv(argv: list[str], processes: int, loops: int | None, output: Path)
             continue
         out.append(word)
     out += ["--processes", str(processes)] + (["--loops", str(loops)] if loops else [])
-    return [sys.executable, "-m", "perfgrid.measure.bench", *out, "--batch", "--output", str(output)]
+    return [sys.executable, "-m", "perfgrid.measure.bench", *out, "--batch", "--output",
+            str(output)]
 
 
 def _run_batch(args: argparse.Namespace, processes: int, loops: int | None,
@@ -163,7 +164,8 @@ def _run_batch(args: argparse.Namespace, processes: int, loops: int | None,
 
 def point_interval(bench: pyperf.Benchmark, seed: int = 0) -> Replicates:
     """The rate of a (partly) measured point with its 95 % interval, as the table computes it
-    (perfgrid.kit.interval: not perfgrid.analyse.stats, which would make the claims' statistics a code
+    (perfgrid.kit.interval: not perfgrid.analyse.stats, which would make the claims' statistics a
+    code
     input of every benchmark job)."""
     runs = [run for run in bench.get_runs() if run.values]
     groups = [list(run.values) for run in runs]  # aggregate.process_values, without pandas

@@ -190,7 +190,8 @@ def _aa_command(args: argparse.Namespace) -> None:
 
 
 def _pool(args: argparse.Namespace) -> None:
-    """``pool RUN RUN ...``: several runs of one machine pooled per claim (perfgrid.publish.pooling).
+    """``pool RUN RUN ...``: several runs of one machine pooled per claim
+    (perfgrid.publish.pooling).
     Exit 2 where two sources are one run, 1 for another error."""
     from perfgrid.publish import pooling
     from perfgrid.publish.gallery import SameRun

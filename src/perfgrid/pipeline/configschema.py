@@ -79,7 +79,8 @@ def _read(whose: str, name: str, path: Path) -> dict[str, Any]:
         found = _load(path)
     except (OSError, yaml.YAMLError) as err:
         holder = ("every experiment's package holds one (docs/adding-an-experiment.md)"
-                  if whose.startswith("experiment") else "its schema_file (perfgrid.measure.fixtures)")
+                  if whose.startswith("experiment")
+                  else "its schema_file (perfgrid.measure.fixtures)")
         raise SchemaError(f"{path}: the config section of {whose} cannot be read "
                           f"({type(err).__name__}: {err}); {holder}") from err
     if not isinstance(found, dict) or found.get("type") != "object":

@@ -241,7 +241,7 @@ def block_digest(block_plan: dict[str, Any]) -> str:
     return short_digest("\n".join(parts))
 
 
-# --- the noise profile (rules/noise.smk, perfgrid.pipeline.noiseprofile) ----------------------------
+# --- the noise profile (rules/noise.smk, perfgrid.pipeline.noiseprofile) ----------------
 
 
 def noise_pairs(cfg: Config) -> list[tuple[Experiment, Point]]:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgrid.analyse import betweenrun
+from perfgrid.kit.paths import PACKAGE
 
 
 def run_id(root: Path) -> str:
@@ -33,7 +34,7 @@ def run_id(root: Path) -> str:
 
 
 def _package_dir() -> Path:
-    return Path(betweenrun.__file__).resolve().parent
+    return PACKAGE
 
 
 def rows_of(root: Path, claims: Any) -> Any:

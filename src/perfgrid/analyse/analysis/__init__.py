@@ -84,7 +84,8 @@ class Claim:
     #: the interval two one-sided tests judge "at the threshold" by (90 % beside 95 %)
     eq_low: float = math.nan
     eq_high: float = math.nan
-    #: the between-run standard deviation (log scale) the intervals hold (perfgrid.analyse.betweenrun)
+    #: the between-run standard deviation (log scale) the intervals hold
+    #: (perfgrid.analyse.betweenrun)
     tau: float = math.nan
     #: the claims ledger's entry (perfgrid.analyse.ledger): seed, project or sanity; the seed's
     #: figure, a short quote and where it is; why the threshold differs; the margin

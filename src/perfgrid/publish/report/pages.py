@@ -125,7 +125,8 @@ def view(data: dict[str, Any]) -> dict[str, Any]:
 def readings_table(claims: pd.DataFrame) -> pd.DataFrame:
     """The claims section's lead: each claim's reading, its interval, the chance another run
     on this machine kind reads it differently (marked near a boundary at
-    perfgrid.analyse.readings.NEAR) and the runs that pooled would decide it (perfgrid.analyse.readings)."""
+    perfgrid.analyse.readings.NEAR) and the runs that pooled would decide it
+    (perfgrid.analyse.readings)."""
     def chance(row: pd.Series) -> str:
         p = row.get("p_differ")
         if not isinstance(p, float) or p != p:
