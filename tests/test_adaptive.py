@@ -229,6 +229,7 @@ def test_rounds_run_in_the_planned_order_and_merge_in_the_table(tmp_path):
     import yaml
 
     from perfgrid.design import order
+    from perfgrid.design.model import Job
     from perfgrid.experiments import get as get_experiment
 
     from helpers import REPO, snakemake, write_config
@@ -257,7 +258,7 @@ def test_rounds_run_in_the_planned_order_and_merge_in_the_table(tmp_path):
     for path in (root / "raw").rglob("*.json"):
         meta = pyperf.Benchmark.load(str(path)).get_metadata()
         point = json.loads(meta["perfgrid_point"])
-        started.append((meta["perfgrid_started"], order.Job("syscall", point, meta[
-            "perfgrid_round"]).key(axes)))
-    assert [key for _, key in sorted(started)] == [job.key(axes) for job in plan]
+        started.append((meta["perfgrid_started"], Job("syscall", point, meta[
+            "perfgrid_round"]).key_on(axes)))
+    assert [key for _, key in sorted(started)] == [job.key_on(axes) for job in plan]
     assert json.loads((root / "run.json").read_text())["order"] == {"shuffle": True, "seed": 5}

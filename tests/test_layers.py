@@ -129,11 +129,16 @@ LAYERS = ("kit", "experiments", "measure", "design", "analyse", "publish", "pipe
 #: benchmark job imports is a code input of every benchmark job (perfgrid.design.codeinputs),
 #: so an edit to any other (a docstring in the statistics) would rerun the whole measurement.
 MEASUREMENT = ("kit", "experiments", "measure")
-#: imports that point from a folder up to a higher one, each listed with its reason: none
-BACK_ARROWS: set[tuple[str, str]] = set()
-#: the design's model types that measurement may read; none: a claim block reads its plan as
-#: plan.json's data (perfgrid.measure.block)
-DESIGN_MODEL: frozenset[str] = frozenset()
+#: imports that point from a folder up to a higher one, each listed with its reason
+BACK_ARROWS = {
+    # a claim block runs its jobs as the plan's model has them (plan.json's one reader)
+    ("perfgrid.measure.block", "perfgrid.design.model"),
+}
+#: the design's model types, which measurement may read (a claim block reads its part of the
+#: plan through them, perfgrid.measure.block): they run nothing else of the design
+DESIGN_MODEL = frozenset({"perfgrid.design.model"})
+#: the folders' own packages (their __init__ runs no module)
+FOLDERS = {f"perfgrid.{folder}" for folder in LAYERS if folder != "experiments"}
 #: the most lines of Python file_read's benchmark jobs may run (4,330 with the statistics)
 FILE_READ_LINES = 3500
 
@@ -150,9 +155,10 @@ def layer(module: str) -> str | None:
 
 
 def back_arrows(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
-    """Each import (importer, imported) from a folder to one above it in :data:`LAYERS`."""
+    """Each import (importer, imported) from a folder to a module above it in :data:`LAYERS`
+    (a folder's own ``__init__``, which runs nothing, is no arrow)."""
     return {(module, target) for module, targets in graph.items() for target in targets
-            if layer(module) and layer(target)
+            if layer(module) and layer(target) and target.count(".") > 1
             and LAYERS.index(layer(target)) > LAYERS.index(layer(module))}
 
 
@@ -162,8 +168,8 @@ def test_every_module_sits_in_a_folder_that_says_when_it_runs():
     assert {layer(m) for m in graph} == {*LAYERS, None}
     assert layer("perfgrid.experiments.spawn.analysis") == "analyse"
     assert layer("perfgrid.experiments.spawn.chains") == "experiments"
-    for folder in set(LAYERS) - {"experiments"}:  # a folder's __init__ runs no module
-        assert graph[f"perfgrid.{folder}"] == set(), folder
+    for folder in FOLDERS:  # a folder's __init__ runs no module
+        assert graph[folder] == set(), folder
 
 
 def test_the_import_drawing_runs_up_the_layers_with_at_most_4_arrows_back():
@@ -183,10 +189,15 @@ def test_measurement_never_imports_the_analysis_what_publishes_it_the_config_or_
         where = layer(module)
         if where not in MEASUREMENT:
             continue
-        ran = {layer(t) for t in reaches(graph, module)} - {None}
+        reached = reaches(graph, module) - FOLDERS  # a folder's __init__ runs nothing
+        ran = {layer(t) for t in reached - DESIGN_MODEL} - {None}
         assert ran <= set(MEASUREMENT[:MEASUREMENT.index(where) + 1]), (module, ran)
-        design = {t for t in graph[module] if layer(t) == "design"}
-        assert design <= DESIGN_MODEL, (module, design)
+        design = {t for t in reached if layer(t) == "design"}
+        assert design <= (DESIGN_MODEL if where == "measure" else set()), (module, design)
+    for model in DESIGN_MODEL:  # the model's own imports: the registry and the kit
+        ran = {layer(t) for t in reaches(graph, model) - FOLDERS} - {None}
+        assert ran <= {"kit", "experiments"}, (model, ran)
+    assert "perfgrid.design.model" in graph["perfgrid.measure.block"]
 
 
 def benchmark_code(name: str) -> dict[str, list[str]]:
@@ -201,11 +212,13 @@ def benchmark_code(name: str) -> dict[str, list[str]]:
 
 
 def test_no_benchmark_job_runs_the_statistics_the_analysis_or_the_pipeline():
+    allowed = {"__init__.py", *(f"{f.split('.')[1]}/__init__.py" for f in FOLDERS),
+               *(module_names()[m].relative_to(SRC).as_posix() for m in DESIGN_MODEL)}
     for name in experiments.available():
         code = benchmark_code(name)
         assert "measure/bench.py" in code["sweep"] and "measure/block.py" in code["block"]
         for job, files in code.items():
-            other = [f for f in files if f.endswith(".py") and f != "__init__.py"
+            other = [f for f in files if f.endswith(".py") and f not in allowed
                      and (f.split("/")[0] not in MEASUREMENT or f.endswith("/analysis.py"))]
             assert other == [], (name, job, other)
     assert "kit/interval.py" in benchmark_code("file_read")["sweep"]  # the interval core alone

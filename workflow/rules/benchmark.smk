@@ -47,7 +47,7 @@ for _block in PLAN.blocks.values():
         log:
             LAYOUT.log(_block.experiment, f"{_block.name}.log"),
         params:
-            **glue.block_params(PLAN.block_plan(_block.name)),
+            **glue.block_params(PLAN, _block.name),
         # the threads of its experiment's rule, as --set-threads left them
         threads: getattr(rules, _block.experiment).rule.resources["_cores"]
         resources:

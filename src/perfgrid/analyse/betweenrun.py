@@ -138,12 +138,12 @@ def run_of(root: Path) -> Judging:
     """The run of a result folder (``results/<host>``): its machine kind (machine.json),
     design (plan.json), start (run.json; records of the run itself started no earlier, so
     never count) and the user's records beside it (``results/records.csv``)."""
-    from perfgrid.design import plan as plan_module
+    from perfgrid.design import model
     from perfgrid.kit.paths import Layout
 
     layout = Layout(Path(root))
     machine = json.loads(layout.machine.read_text()) if layout.machine.is_file() else {}
-    design = (plan_module.design_digest(json.loads(layout.plan.read_text()))
+    design = (model.design_digest(model.read(layout.plan))
               if layout.plan.is_file() else None)
     started = (json.loads(layout.run_record.read_text()).get("started")
                if layout.run_record.is_file() else None)

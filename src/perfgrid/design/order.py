@@ -34,29 +34,13 @@ again, the groups in a shuffled order, so a claim's sides are seconds apart.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from perfgrid.design.model import Job, JobKey
+
 #: permutations drawn per round, of which the best balanced is used
 DRAWS = 64
-
-#: one benchmark job: (experiment, the point's axis values as text in axis order, round)
-JobKey = tuple[str, tuple[str, ...], int]
-
-
-@dataclass(frozen=True)
-class Job:
-    """One benchmark job of the plan."""
-
-    experiment: str
-    point: dict[str, Any]
-    round: int
-
-    def key(self, axes: Iterable[str]) -> JobKey:
-        return self.experiment, tuple(str(self.point[a]) for a in axes), self.round
-
 
 def planned(jobs: list[Job], shuffle: bool, seed: int, draws: int = DRAWS,
             block: Callable[[Job], Hashable | None] | None = None,
@@ -242,5 +226,5 @@ def priorities(jobs: list[Job], axes_of: dict[str, tuple[str, ...]]) -> dict[Job
     All are negative, so the set-up jobs (priority 0: the test file, native
     builds) run before any measurement.
     """
-    return {job.key(axes_of[job.experiment]): -1 - place for place, job in enumerate(jobs)}
+    return {job.key_on(axes_of[job.experiment]): -1 - place for place, job in enumerate(jobs)}
 

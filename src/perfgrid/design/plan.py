@@ -6,9 +6,9 @@ fixed before the run and every job runs: nothing in the data or the clock change
 Snakemake builds it once while it parses the workflow (workflow/rules/common.smk), rule
 ``plan`` writes it as ``results/<host>/plan.json`` (:meth:`Plan.to_json`), and the rest
 reads it: the rules' input and params functions (perfgrid.pipeline.glue), the claim blocks' command
-lines (perfgrid.measure.block), the progress line (perfgrid.pipeline.progress) and the report's
-note on
-the time budget.
+lines (perfgrid.measure.block), the progress line (perfgrid.pipeline.progress) and the
+report's note on the time budget. Its types, and plan.json's one reader, are
+perfgrid.design.model's.
 
 The words, used in this sense in code and names:
 
@@ -45,143 +45,28 @@ budget
 
 from __future__ import annotations
 
-import hashlib
-import json
+import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from perfgrid import experiments
 from perfgrid.design import jobs, order, planning
+from perfgrid.design.model import (
+    DESIGN_FIELDS,
+    Block,
+    Job,
+    JobKey,
+    Plan,
+    design_digest,
+    short_digest,
+)
 from perfgrid.kit.paths import Layout
-from perfgrid.measure import block, jobargs
+from perfgrid.measure import jobargs
 
-
-@dataclass(frozen=True)
-class Job:
-    """One benchmark job: one round of one point."""
-
-    experiment: str
-    #: the point's axis values, typed, in axis order
-    point: dict[str, Any]
-    round: int
-    #: how many rounds the point has
-    rounds: int
-    #: whether a claim compares the point (a claim point)
-    claim: bool
-    #: its place in the run's order as a Snakemake priority: the first job -1, then -2 ...
-    priority: int
-    #: the rule that makes it: its experiment's sweep rule or a claim block
-    rule: str
-    #: the harness's words for the point, round and repetitions (:func:`bench_words`)
-    bench: tuple[str, ...]
-    #: its experiment's ``--option KEY=VALUE`` words (perfgrid.design.jobs)
-    options: tuple[str, ...]
-    result: str
-    log: str
-
-    @property
-    def key(self) -> order.JobKey:
-        """(experiment, axis values as text, round): what Snakemake's wildcards name."""
-        axes = experiments.get(self.experiment).axes
-        return self.experiment, tuple(str(self.point[a]) for a in axes), self.round
-
-    def to_json(self) -> dict[str, Any]:
-        return {"experiment": self.experiment, "point": self.point,
-                "key": experiments.get(self.experiment).point_key(self.point),
-                "round": self.round, "rounds": self.rounds, "claim": self.claim,
-                "priority": self.priority, "rule": self.rule, "bench": list(self.bench),
-                "options": list(self.options), "result": self.result, "log": self.log}
-
-
-@dataclass(frozen=True)
-class Block:
-    """A claim block: one Snakemake job measuring one round of an experiment's points
-    back to back (perfgrid.measure.block)."""
-
-    name: str
-    experiment: str
-    round: int
-    #: 1, or 2, 3 ... for a later block of the same experiment and round
-    part: int
-    #: its first job's priority
-    priority: int
-    #: its jobs' results, in the order they are measured
-    results: tuple[str, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"experiment": self.experiment, "round": self.round, "part": self.part,
-                "priority": self.priority, "results": list(self.results)}
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Every benchmark job of a run and how it runs (:func:`build`)."""
-
-    #: the result set's folder (``results/<host>``)
-    root: str
-    #: every job, in grid order (experiment, then round, then the grid's own order)
-    jobs: tuple[Job, ...]
-    #: the claim blocks by name, in the order they run
-    blocks: dict[str, Block]
-    #: each experiment's most rounds of any point: >1, its results are folders of rounds
-    rounds: dict[str, int]
-    #: the time budget: ``minutes`` (None: none), which cuts nothing
-    budget: dict[str, Any]
-    _by_key: dict[order.JobKey, Job] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_by_key", {job.key: job for job in self.jobs})
-
-    def job(self, key: order.JobKey) -> Job | None:
-        """The job of ``key`` (:attr:`Job.key`), or None where the plan has none."""
-        return self._by_key.get(key)
-
-    def results(self, experiment: str) -> list[str]:
-        """The results of ``experiment``'s jobs, in grid order."""
-        return [job.result for job in self.jobs if job.experiment == experiment]
-
-    def block_plan(self, name: str) -> dict[str, Any]:
-        """What claim block ``name`` runs, as perfgrid.measure.block reads it (block.from_plan)."""
-        members = self.blocks[name]
-        wanted = set(members.results)
-        return block.from_plan({"blocks": {name: members.to_json()},
-                                "jobs": [j.to_json() for j in self.jobs if j.result in wanted]},
-                               name)
-
-    def to_json(self) -> dict[str, Any]:
-        """The plan as plain data (plan.json): ``root``, ``budget``, ``experiments`` (each
-        one's most ``rounds``), ``jobs`` (grid order) and ``blocks`` (by name, in run
-        order)."""
-        return {"root": self.root, "budget": self.budget,
-                "experiments": {e: {"rounds": n} for e, n in self.rounds.items()},
-                "jobs": [job.to_json() for job in self.jobs],
-                "blocks": {name: b.to_json() for name, b in self.blocks.items()}}
-
-    def digest(self) -> str:
-        """A short hash of :meth:`to_json`: rule plan's params, so a changed plan is
-        written again."""
-        return short_digest(json.dumps(self.to_json(), sort_keys=True, separators=(",", ":")))
-
-
-#: what a job's design is: what it measures and how often, not when or where it writes
-DESIGN_FIELDS = ("experiment", "key", "round", "rounds", "claim", "bench", "options")
-
-
-def design_digest(plan: dict[str, Any]) -> str:
-    """A short hash of what a plan (plan.json's data) measures: every job's experiment,
-    point, round, rounds, claim flag and command words, in a canonical order; not its
-    place in the run's order, its paths or the host. Two runs of one design are
-    comparable run for run (perfgrid.analyse.betweenrun)."""
-    jobs = sorted(([job.get(k) for k in DESIGN_FIELDS] for job in plan.get("jobs", [])),
-                  key=lambda job: json.dumps(job, sort_keys=True))
-    return short_digest(json.dumps(jobs, sort_keys=True, separators=(",", ":")))
-
-
-def short_digest(text: str) -> str:
-    """A short hash of ``text``, for a params digest that Snakemake records and compares."""
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+#: the model's names, where the plan's builder is asked for them (perfgrid.design.model)
+__all__ = ["DESIGN_FIELDS", "Block", "Job", "JobKey", "Plan", "build", "design_digest",
+           "short_digest", "write"]
 
 
 def bench_words(cfg: dict[str, Any], layout: Layout, experiment: str, point: dict[str, Any],
@@ -227,32 +112,31 @@ def build(cfg: dict[str, Any], layout: Layout) -> Plan:
     for job in listed:
         exp = experiments.get(job.experiment)
         round_ = job.round if rounds[job.experiment] > 1 else None
-        planned.append(Job(
-            experiment=job.experiment, point=job.point, round=job.round,
-            rounds=planning.rounds_of(cfg, job.experiment, job.point),
+        planned.append(dataclasses.replace(
+            job, rounds=planning.rounds_of(cfg, job.experiment, job.point),
             claim=exp.used_by_claims(job.point),
-            priority=priority[job.key(axes[job.experiment])],
+            priority=priority[job.key_on(axes[job.experiment])],
             rule=rule_of.get(id(job), job.experiment),
             bench=tuple(bench_words(cfg, layout, job.experiment, job.point, round_)),
             options=tuple(option_words(cfg, layout, job.experiment, job.point)),
             result=layout.raw_result(job.experiment, job.point, round=round_),
             log=layout.point_log(job.experiment, job.point, round_)))
-    result_of = {id(job): p.result for job, p in zip(listed, planned, strict=True)}
+    full = {id(job): p for job, p in zip(listed, planned, strict=True)}
     blocks = {name: Block(name=name, experiment=experiment, round=round_, part=part,
-                          priority=priority[members[0].key(axes[experiment])],
-                          results=tuple(result_of[id(job)] for job in members))
+                          priority=priority[members[0].key_on(axes[experiment])],
+                          jobs=tuple(full[id(job)] for job in members))
               for name, experiment, round_, part, members in runs}
     return Plan(root=str(layout.root), jobs=tuple(planned), blocks=blocks, rounds=rounds,
                 budget={"minutes": cfg["budget"]["minutes"]})
 
 
-def _block_runs(key_of: Callable[[order.Job], tuple[str, int] | None],
-                ordered: list[order.Job]) -> list[tuple[str, str, int, int, list[order.Job]]]:
+def _block_runs(key_of: Callable[[Job], tuple[str, int] | None],
+                ordered: list[Job]) -> list[tuple[str, str, int, int, list[Job]]]:
     """The claim blocks as they run: (name, experiment, round, part, jobs) for each stretch
     of ``ordered`` (``order.planned``'s plan) whose jobs share one block key (``key_of``:
     experiment and round) once the jobs outside any block are left out. A later stretch of
     the same key is its next part: ``spawn_round_3``, then ``spawn_round_3_part_2``."""
-    stretches: list[tuple[tuple[str, int], list[order.Job]]] = []
+    stretches: list[tuple[tuple[str, int], list[Job]]] = []
     for job in ordered:
         key = key_of(job)
         if key is None:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from perfgrid import experiments
-from perfgrid.design import order
+from perfgrid.design.model import Job
 
 #: pyperf's own options among the measure keys
 MEASURE_KEYS = ("processes", "values", "warmups", "loops")
@@ -71,21 +71,21 @@ def measure_args(cfg: dict[str, Any], experiment: str,
     return args
 
 
-def jobs(cfg: dict[str, Any]) -> list[order.Job]:
+def jobs(cfg: dict[str, Any]) -> list[Job]:
     """Every benchmark job this machine can run, in sorted order (grid order, then round)."""
     out = []
     for experiment in cfg["experiments"]:
         points, _ = split_grid(cfg, experiment)
         rounds = [rounds_of(cfg, experiment, p) for p in points]
-        out += [order.Job(experiment, p, r) for r in range(1, max(rounds, default=1) + 1)
+        out += [Job(experiment, p, r) for r in range(1, max(rounds, default=1) + 1)
                 for p, n in zip(points, rounds, strict=True) if r <= n]
     return out
 
 
-def claim_block(cfg: dict[str, Any]) -> Callable[[order.Job], tuple[str, int] | None]:
+def claim_block(cfg: dict[str, Any]) -> Callable[[Job], tuple[str, int] | None]:
     """The run order's blocks (perfgrid.design.order): the jobs of one experiment's claim points
     measured in rounds, one block per round, so a claim's sides run back to back."""
-    def block(job: order.Job) -> tuple[str, int] | None:
+    def block(job: Job) -> tuple[str, int] | None:
         if rounds_of(cfg, job.experiment, job.point) < 2:
             return None
         return job.experiment, job.round
@@ -93,7 +93,7 @@ def claim_block(cfg: dict[str, Any]) -> Callable[[order.Job], tuple[str, int] | 
     return block
 
 
-def claim_group(job: order.Job) -> Hashable | None:
+def claim_group(job: Job) -> Hashable | None:
     """Inside a block, the points that run back to back again: the experiment's
     ``claim_group`` (perfgrid.design.order)."""
     return experiments.get(job.experiment).claim_group(job.point)

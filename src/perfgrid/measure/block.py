@@ -5,10 +5,10 @@ to back by one Snakemake job (rules/benchmark.smk).
     python -m perfgrid.measure.block --plan results/<host>/plan.json BLOCK
 
 ``BLOCK_PLAN`` is JSON, the block's part of the run's plan (perfgrid.design.plan,
-``Plan.block_plan``; rules/benchmark.smk passes it), or it is taken from plan.json by the
-block's name (:func:`from_plan`, to run a block by hand): the experiment, its round, and
-the points in the order perfgrid.design.order drew, each with its key, the harness's arguments,
-its result and its log.
+``Plan.block_plan``, plan.json's data for the block and its jobs; rules/benchmark.smk
+passes it), or it is taken from plan.json by the block's name (to run a block by hand),
+read by perfgrid.design.model's ``Plan.from_json``: the block's jobs in the order
+perfgrid.design.order drew, each with the harness's words, its result and its log.
 
 Each point is measured by the harness (perfgrid.measure.bench) in its own process, exactly as a
 job of its own would be, its output in its own log; the block adds no scheduling between
@@ -25,55 +25,50 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
+from perfgrid.design.model import Block, Job, Plan, read
 from perfgrid.kit import lifetime
 
 
-def measure(experiment: str, point: dict[str, Any]) -> int:
-    """Run the harness for one point, its output to the point's log; its exit status."""
-    Path(point["log"]).parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "perfgrid.measure.bench", experiment, *point["args"],
-           "--result", point["result"]]
-    with open(point["log"], "w") as log:
+def measure(job: Job) -> int:
+    """Run the harness for one job, its output to the job's log; its exit status."""
+    Path(job.log).parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "perfgrid.measure.bench", job.experiment, *job.args,
+           "--result", job.result]
+    with open(job.log, "w") as log:
         return subprocess.run(lifetime.command(cmd), stdout=log, stderr=subprocess.STDOUT,
                               check=False).returncode
 
 
-def from_plan(plan: dict[str, Any], name: str) -> dict[str, Any]:
-    """Block ``name``'s plan, taken from the run's ``plan`` (plan.json, perfgrid.design.plan):
-    its points in the order they run, each with the harness's command words."""
-    members = plan["blocks"][name]
-    by_result = {job["result"]: job for job in plan["jobs"] if job["rule"] == name}
-    points = [{"key": job["key"], "args": [*job["bench"], *job["options"]],
-               "result": job["result"], "log": job["log"]}
-              for job in (by_result[result] for result in members["results"])]
-    return {"experiment": members["experiment"], "round": members["round"], "points": points}
-
-
-def run(plan: dict[str, Any]) -> None:
-    """Measure every point of ``plan`` in its order."""
-    points = plan["points"]
-    for index, point in enumerate(points, 1):
+def run(block: Block) -> None:
+    """Measure every job of ``block`` in its order."""
+    for index, job in enumerate(block.jobs, 1):
         began = time.monotonic()
-        status = measure(plan["experiment"], point)
+        status = measure(job)
         if status != 0:
-            raise SystemExit(f"perfgrid: {point['key']}: the harness failed (exit status "
-                             f"{status}); its log: {point['log']}")
-        print(f"perfgrid: {index}/{len(points)} {point['key']} "
+            raise SystemExit(f"perfgrid: {job.point_key}: the harness failed (exit status "
+                             f"{status}); its log: {job.log}")
+        print(f"perfgrid: {index}/{len(block.jobs)} {job.point_key} "
               f"({time.monotonic() - began:.1f} s)", flush=True)
 
 
+def from_args(block: str, plan: str | None = None) -> Block:
+    """The block to run: ``block`` by name from the run's plan.json ``plan``, or, without
+    ``plan``, ``block`` is its part of the plan as JSON (Plan.block_plan), one block."""
+    if plan is not None:
+        return Plan.from_json(read(plan)).blocks[block]
+    (only,) = Plan.from_json(json.loads(block)).blocks.values()
+    return only
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m perfgrid.measure.block", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m perfgrid.measure.block",
+                                     description=__doc__)
     parser.add_argument("block", help="the block's name (with --plan), or its plan as JSON")
     parser.add_argument("--plan", help="the run's plan (plan.json)")
     args = parser.parse_args(argv)
     lifetime.watch_snakemake()
-    if args.plan:
-        run(from_plan(json.loads(Path(args.plan).read_text()), args.block))
-    else:
-        run(json.loads(args.block))
+    run(from_args(args.block, args.plan))
 
 
 if __name__ == "__main__":

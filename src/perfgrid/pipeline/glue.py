@@ -46,7 +46,8 @@ from typing import Any
 from perfgrid import experiments
 from perfgrid.design import jobs, planning
 from perfgrid.design.codeinputs import code_inputs
-from perfgrid.design.plan import Job, Plan, bench_words, option_words, short_digest
+from perfgrid.design.model import Block, Job, Plan, short_digest
+from perfgrid.design.plan import bench_words, option_words
 from perfgrid.experiments.base import Experiment, Point
 from perfgrid.kit import binding
 from perfgrid.kit.paths import Layout
@@ -226,18 +227,20 @@ def digest_and_unrecorded(digest: str, name: str, value: Any) -> dict[str, Any]:
     return {"digest": digest, name: lambda wildcards, output: text}
 
 
-def block_params(block_plan: dict[str, Any]) -> dict[str, Any]:
-    """A claim block's params (:func:`digest_and_unrecorded`): its digest
-    (:func:`block_digest`) and ``plan``, the block's plan for its command line
-    (perfgrid.measure.block): recorded, it would be stored once per result file, some kilobytes
-    for each of a block's points."""
-    return digest_and_unrecorded(block_digest(block_plan), "plan", block_plan)
+def block_params(plan: Plan, name: str) -> dict[str, Any]:
+    """Claim block ``name``'s params (:func:`digest_and_unrecorded`): its digest
+    (:func:`block_digest`) and ``plan``, the block's part of the plan for its command line
+    (``Plan.block_plan``, perfgrid.measure.block): recorded, it would be stored once per
+    result file, some kilobytes for each of a block's jobs."""
+    return digest_and_unrecorded(block_digest(plan.blocks[name]), "plan",
+                                 plan.block_plan(name))
 
 
-def block_digest(block_plan: dict[str, Any]) -> str:
+def block_digest(block: Block) -> str:
     """A claim block's params digest, which Snakemake records and compares: it changes with
-    any point's command words, result or log, not with the order inside the block."""
-    parts = sorted(json.dumps(p, sort_keys=True) for p in block_plan["points"])
+    any job's point, command words, result or log, not with the order inside the block."""
+    parts = sorted(json.dumps({"key": job.point_key, "args": job.args, "result": job.result,
+                               "log": job.log}, sort_keys=True) for job in block.jobs)
     return short_digest("\n".join(parts))
 
 

@@ -43,7 +43,7 @@ def rows_of(root: Path, claims: Any) -> Any:
     lacks what a record needs."""
     import pandas as pd
 
-    from perfgrid.design.plan import design_digest
+    from perfgrid.design.model import design_digest, read
     from perfgrid.kit.paths import Layout
 
     layout = Layout(Path(root))
@@ -59,7 +59,7 @@ def rows_of(root: Path, claims: Any) -> Any:
                          f"back exactly; judge it again with this one (perfgrid report)")
     machine = json.loads(layout.machine.read_text())
     run = json.loads(layout.run_record.read_text())
-    plan = json.loads(layout.plan.read_text())
+    plan = read(layout.plan)
     started = run.get("started")
     if not isinstance(started, int | float):
         raise ValueError(f"{layout.run_record}: no start time")

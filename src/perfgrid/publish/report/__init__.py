@@ -18,6 +18,7 @@ import pandas as pd
 from perfgrid import experiments
 from perfgrid.analyse.aggregate import not_measured, read_table
 from perfgrid.analyse.analysis import Claim, claims_of, hook, module
+from perfgrid.design import model
 from perfgrid.experiments.base import Experiment
 from perfgrid.kit.atomic import write_text
 from perfgrid.kit.paths import Layout
@@ -72,7 +73,7 @@ def over_budget(layout: Layout, sections: list[dict[str, Any]]) -> dict[str, flo
     counts from its own start."""
     if not (layout.plan.exists() and layout.run_record.exists()):
         return None
-    minutes = json.loads(layout.plan.read_text()).get("budget", {}).get("minutes")
+    minutes = model.read(layout.plan).get("budget", {}).get("minutes")
     started = json.loads(layout.run_record.read_text()).get("started")
     ends = [float(sec["table"]["finished"].max()) for sec in sections
             if "finished" in sec["table"] and sec["table"]["finished"].notna().any()]
