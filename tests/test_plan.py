@@ -262,3 +262,20 @@ def test_the_report_counts_the_rounds_an_earlier_perfgrid_let_go(tmp_path):
     write_json(layout.raw_dir("spawn") / "variant=x" / "round=1.json", {"benchmarks": []})
     assert let_go(layout, "spawn") == 2 and let_go(layout, "timers") == 0
     assert _cut_words(2, None).startswith("THIS RUN WAS CUT: an earlier perfgrid let 2 point")
+
+
+def test_a_block_runs_its_jobs_in_order_with_the_harness_words_and_stops_at_a_failure(
+        monkeypatch, capsys):
+    cfg = config(*CONFIGS["full"])
+    plan = build(cfg, Layout.for_host(cfg["host"], cfg["results"]))
+    members = next(iter(plan.blocks.values()))
+    ran = []
+    monkeypatch.setattr(block, "measure", lambda job: ran.append(job) or 0)
+    block.run(block.from_args(json.dumps(plan.block_plan(members.name))))
+    assert ran == list(members.jobs) and ran[0].args == [*ran[0].bench, *ran[0].options]
+    assert f"1/{len(ran)} {ran[0].point_key}" in capsys.readouterr().out
+    ran.clear()
+    monkeypatch.setattr(block, "measure", lambda job: ran.append(job) or 3)
+    with pytest.raises(SystemExit, match="exit status 3"):
+        block.run(members)
+    assert ran == [members.jobs[0]]
