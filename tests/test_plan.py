@@ -1,7 +1,7 @@
 """The run's plan (perfgrid.design.plan), built from the shipped configs without Snakemake: every
 job once and in one order, its command words, result and rule, the claim blocks as
-perfgrid.measure.block reads them, and the rules' functions (perfgrid.pipeline.glue) in step with
-it."""
+perfgrid.measure.block reads them, and the rules' functions (perfgrid.pipeline.glue) in
+step with it."""
 
 from __future__ import annotations
 

@@ -335,9 +335,9 @@ def test_rounds_to_settle_says_when_it_cannot_tell() -> None:
 
 
 def test_the_harness_computes_a_points_interval_as_the_table_does() -> None:
-    """perfgrid.measure.bench stops a point on perfgrid.kit.interval's rate, without this module:
-    the
-    same value, interval, method and rounds as stats.rate's, with rounds or without."""
+    """perfgrid.measure.bench stops a point on perfgrid.kit.interval's rate, without this
+    module: the same value, interval, method and rounds as stats.rate's, with rounds or
+    without."""
     from perfgrid.kit import interval
 
     processes = [[1.0, 1.02, 0.99], [0.97, 1.01, 1.0], [1.03, 1.05, 1.0], [0.95, 1.0, 0.98]]

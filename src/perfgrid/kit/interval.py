@@ -1,13 +1,13 @@
 """The interval core: a mean (or rate) of values grouped by worker process, its calibrated
 log-scale bootstrap deviations, and the interval they give.
 
-It is all of the statistics the harness needs: perfgrid.measure.bench adds worker processes until a
-point's interval meets its target, and must compute that interval as the table does
-(perfgrid.analyse.stats builds its :class:`~perfgrid.analyse.stats.Estimate` on :func:`mean`). It
-lives
-apart from the claims' statistics because every module a benchmark job imports is a code
-input of every benchmark job (perfgrid.design.codeinputs): an edit there would rerun the whole
-measurement. Why the bootstrap is hierarchical and calibrated: perfgrid.analyse.stats.
+It is all of the statistics the harness needs: perfgrid.measure.bench adds worker processes
+until a point's interval meets its target, and must compute that interval as the table does
+(perfgrid.analyse.stats builds its :class:`~perfgrid.analyse.stats.Estimate` on
+:func:`mean`). It lives apart from the claims' statistics because every module a benchmark
+job imports is a code input of every benchmark job (perfgrid.design.codeinputs): an edit
+there would rerun the whole measurement. Why the bootstrap is hierarchical and calibrated:
+perfgrid.analyse.stats.
 """
 
 from __future__ import annotations

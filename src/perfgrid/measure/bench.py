@@ -164,9 +164,8 @@ def _run_batch(args: argparse.Namespace, processes: int, loops: int | None,
 
 def point_interval(bench: pyperf.Benchmark, seed: int = 0) -> Replicates:
     """The rate of a (partly) measured point with its 95 % interval, as the table computes it
-    (perfgrid.kit.interval: not perfgrid.analyse.stats, which would make the claims' statistics a
-    code
-    input of every benchmark job)."""
+    (perfgrid.kit.interval: not perfgrid.analyse.stats, which would make the claims'
+    statistics a code input of every benchmark job)."""
     runs = [run for run in bench.get_runs() if run.values]
     groups = [list(run.values) for run in runs]  # aggregate.process_values, without pandas
     work = float(runs[0].get_metadata()["perfgrid_work_per_loop"]) if runs else float("nan")

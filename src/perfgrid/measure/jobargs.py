@@ -1,8 +1,7 @@
 """The harness's words for a job's point and options: ``--point AXIS=VALUE`` and
 ``--option KEY=VALUE``, written by the workflow and read back by the harness
-(perfgrid.measure.bench) and by its counting pass (perfgrid.measure.counting_pass), which imports
-nothing
-of the harness.
+(perfgrid.measure.bench) and by its counting pass (perfgrid.measure.counting_pass), which
+imports nothing of the harness.
 """
 
 from __future__ import annotations
