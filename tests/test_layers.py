@@ -133,6 +133,8 @@ MEASUREMENT = ("kit", "experiments", "measure")
 BACK_ARROWS = {
     # a claim block runs its jobs as the plan's model has them (plan.json's one reader)
     ("perfgrid.measure.block", "perfgrid.design.model"),
+    # the noise profile measures the plan's pairs as the model has them (plan.json's noise)
+    ("perfgrid.measure.noiseprofile", "perfgrid.design.model"),
 }
 #: the design's model types, which measurement may read (a claim block reads its part of the
 #: plan through them, perfgrid.measure.block): they run nothing else of the design
@@ -198,6 +200,7 @@ def test_measurement_never_imports_the_analysis_what_publishes_it_the_config_or_
         ran = {layer(t) for t in reaches(graph, model) - FOLDERS} - {None}
         assert ran <= {"kit", "experiments"}, (model, ran)
     assert "perfgrid.design.model" in graph["perfgrid.measure.block"]
+    assert "perfgrid.design.model" in graph["perfgrid.measure.noiseprofile"]
 
 
 def benchmark_code(name: str) -> dict[str, list[str]]:
@@ -258,7 +261,7 @@ def test_what_the_snakefile_imports_leaves_scipy_out():
                    for name in names.split(",") if name.strip())
     code += ("import sys\nfrom perfgrid import experiments\n"
              "[experiments.get(name) for name in experiments.available()]\n"
-             "assert 'perfgrid.pipeline.noiseprofile' in sys.modules\n"
+             "assert 'perfgrid.design.plan' in sys.modules\n"
              "print(sorted(m for m in sys.modules if m.partition('.')[0] == 'scipy'))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)

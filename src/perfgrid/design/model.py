@@ -9,11 +9,12 @@ import functools
 import hashlib
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from perfgrid import experiments
+from perfgrid.kit.formats import FORMAT
 
 #: one benchmark job: (experiment, the point's axis values as text in axis order, round)
 JobKey = tuple[str, tuple[str, ...], int]
@@ -104,6 +105,60 @@ class Block:
 
 
 @dataclass(frozen=True)
+class NoiseSide:
+    """One point of a noise pair, as the harness is told to measure it: a benchmark job's
+    words for its point and options (perfgrid.measure.noiseprofile adds the repetitions)."""
+
+    label: str
+    experiment: str
+    point: dict[str, Any]
+    #: the loops of each value
+    loops: int
+    #: the harness's words after the experiment: ``--point AXIS=VALUE`` and ``--option``
+    words: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"label": self.label, "experiment": self.experiment, "point": self.point,
+                "loops": self.loops, "words": list(self.words)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> NoiseSide:
+        return cls(label=data["label"], experiment=data["experiment"],
+                   point=dict(data["point"]), loops=data["loops"], words=tuple(data["words"]))
+
+
+@dataclass(frozen=True)
+class NoisePair:
+    """Two points a claim compares as the ratio ``A / B`` of their rates, which the noise
+    profile measures before the benchmarks (Experiment.noise_pair)."""
+
+    name: str
+    claim: str
+    a: NoiseSide
+    b: NoiseSide
+
+    def to_json(self) -> dict[str, Any]:
+        return {"claim": self.claim, "a": self.a.to_json(), "b": self.b.to_json()}
+
+    @classmethod
+    def from_json(cls, name: str, data: dict[str, Any]) -> NoisePair:
+        return cls(name=name, claim=data["claim"], a=NoiseSide.from_json(data["a"]),
+                   b=NoiseSide.from_json(data["b"]))
+
+
+def noise_to_json(pairs: dict[str, NoisePair], skipped: dict[str, str]) -> dict[str, Any]:
+    """plan.json's ``noise`` entry: the pairs by name and each other pair's reason."""
+    return {"pairs": {name: pair.to_json() for name, pair in pairs.items()},
+            "skipped": dict(skipped)}
+
+
+def noise_from_json(data: dict[str, Any]) -> tuple[dict[str, NoisePair], dict[str, str]]:
+    """The pairs and skipped pairs of plan.json's ``noise`` entry (:func:`noise_to_json`)."""
+    return ({name: NoisePair.from_json(name, pair) for name, pair in data["pairs"].items()},
+            dict(data["skipped"]))
+
+
+@dataclass(frozen=True)
 class Plan:
     """Every benchmark job of a run and how it runs (perfgrid.design.plan.build)."""
 
@@ -117,6 +172,11 @@ class Plan:
     rounds: dict[str, int]
     #: the time budget: ``minutes`` (None: none), which cuts nothing
     budget: dict[str, Any]
+    #: the noise profile's pairs this machine can run, by name: no part of the design
+    #: (:func:`design_digest`), since the profile measures no claim
+    noise: dict[str, NoisePair] = field(default_factory=dict)
+    #: each other pair of the registry's, and why it is not measured
+    noise_skipped: dict[str, str] = field(default_factory=dict)
 
     @functools.cached_property
     def _by_key(self) -> dict[JobKey, Job]:
@@ -139,13 +199,14 @@ class Plan:
                     budget=self.budget).to_json()
 
     def to_json(self) -> dict[str, Any]:
-        """The plan as plain data (plan.json): ``root``, ``budget``, ``experiments`` (each
-        one's most ``rounds``), ``jobs`` (grid order) and ``blocks`` (by name, in run
-        order)."""
-        return {"root": self.root, "budget": self.budget,
+        """The plan as plain data (plan.json): ``format`` (:data:`FORMAT`), ``root``,
+        ``budget``, ``experiments`` (each one's most ``rounds``), ``jobs`` (grid order),
+        ``blocks`` (by name, in run order) and ``noise`` (:func:`noise_to_json`)."""
+        return {"format": FORMAT, "root": self.root, "budget": self.budget,
                 "experiments": {e: {"rounds": n} for e, n in self.rounds.items()},
                 "jobs": [job.to_json() for job in self.jobs],
-                "blocks": {name: b.to_json() for name, b in self.blocks.items()}}
+                "blocks": {name: b.to_json() for name, b in self.blocks.items()},
+                "noise": noise_to_json(self.noise, self.noise_skipped)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Plan:
@@ -157,9 +218,10 @@ class Plan:
                               part=b["part"], priority=b["priority"],
                               jobs=tuple(by_result[r] for r in b["results"]))
                   for name, b in data["blocks"].items()}
+        noise, skipped = noise_from_json(data.get("noise") or {"pairs": {}, "skipped": {}})
         return cls(root=data["root"], jobs=jobs, blocks=blocks,
                    rounds={e: v["rounds"] for e, v in data["experiments"].items()},
-                   budget=dict(data["budget"]))
+                   budget=dict(data["budget"]), noise=noise, noise_skipped=skipped)
 
     def digest(self) -> str:
         """A short hash of :meth:`to_json`: rule plan's params, so a changed plan is

@@ -57,16 +57,19 @@ from perfgrid.design.model import (
     Block,
     Job,
     JobKey,
+    NoisePair,
+    NoiseSide,
     Plan,
     design_digest,
     short_digest,
 )
+from perfgrid.experiments.base import Point
 from perfgrid.kit.paths import Layout
 from perfgrid.measure import jobargs
 
 #: the model's names, where the plan's builder is asked for them (perfgrid.design.model)
-__all__ = ["DESIGN_FIELDS", "Block", "Job", "JobKey", "Plan", "build", "design_digest",
-           "short_digest", "write"]
+__all__ = ["DESIGN_FIELDS", "Block", "Job", "JobKey", "NoisePair", "NoiseSide", "Plan", "build",
+           "design_digest", "short_digest", "write"]
 
 
 def bench_words(cfg: dict[str, Any], layout: Layout, experiment: str, point: dict[str, Any],
@@ -126,8 +129,42 @@ def build(cfg: dict[str, Any], layout: Layout) -> Plan:
                           priority=priority[members[0].key_on(axes[experiment])],
                           jobs=tuple(full[id(job)] for job in members))
               for name, experiment, round_, part, members in runs}
+    noise, skipped = noise_pairs(cfg, layout)
     return Plan(root=str(layout.root), jobs=tuple(planned), blocks=blocks, rounds=rounds,
-                budget={"minutes": cfg["budget"]["minutes"]})
+                budget={"minutes": cfg["budget"]["minutes"]}, noise=noise,
+                noise_skipped=skipped)
+
+
+def noise_pairs(cfg: dict[str, Any], layout: Layout,
+                ) -> tuple[dict[str, NoisePair], dict[str, str]]:
+    """The noise profile's pairs (each experiment's ``noise_pair``, in report order) of this
+    run's experiments whose points this machine can run, each side with a benchmark job's
+    words for its point and options; and why each other pair is not measured."""
+    pairs, skipped = {}, {}
+    for name in experiments.available():
+        exp = experiments.get(name)
+        spec = exp.noise_pair
+        if spec is None:
+            continue
+        why = (f"{name} is not among this run's experiments" if name not in cfg["experiments"]
+               else exp.unavailable(spec.a) or exp.unavailable(spec.b))
+        if why:
+            skipped[spec.name] = why
+            continue
+        pairs[spec.name] = NoisePair(spec.name, spec.claim,
+                                     _noise_side(cfg, layout, name, spec.loops, spec.a, spec.b),
+                                     _noise_side(cfg, layout, name, spec.loops, spec.b, spec.a))
+    return pairs, skipped
+
+
+def _noise_side(cfg: dict[str, Any], layout: Layout, experiment: str, loops: int, point: Point,
+                other: Point) -> NoiseSide:
+    """One side of a noise pair: labelled by the axis values that set ``point`` apart from
+    ``other``, with its point's words and a benchmark job's options."""
+    label = ",".join(str(value) for axis, value in point.items() if other.get(axis) != value)
+    words = [w for axis, value in point.items() for w in ("--point", f"{axis}={value}")]
+    return NoiseSide(label, experiment, dict(point), loops,
+                     (*words, *option_words(cfg, layout, experiment, point)))
 
 
 def _block_runs(key_of: Callable[[Job], tuple[str, int] | None],

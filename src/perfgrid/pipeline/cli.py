@@ -60,7 +60,9 @@ def _report(args: argparse.Namespace) -> None:
 def _noise(args: argparse.Namespace) -> None:
     import yaml
 
+    from perfgrid.design import model, plan
     from perfgrid.kit.paths import REPO, Layout
+    from perfgrid.measure import noiseprofile as measuring
     from perfgrid.pipeline import config_errors, noiseprofile, settings
 
     if args.config_json:
@@ -76,9 +78,12 @@ def _noise(args: argparse.Namespace) -> None:
     if blocks == 0:
         raise ValueError(f"{where}: noise.profile.blocks is 0 (no profile); pass --blocks N")
     layout = Layout.for_host(cfg["host"], cfg.get("results", "results"))
-    noiseprofile.main(cfg, args.out or str(layout.noise_profile), blocks,
-                      values=noiseprofile.VALUES if args.values is None else args.values,
-                      warmups=noiseprofile.WARMUPS if args.warmups is None else args.warmups,
+    # the plan's pairs (rule noise_profile passes plan.json's noise entry), else planned here
+    planned = (model.noise_from_json(json.loads(args.pairs)) if args.pairs
+               else plan.noise_pairs(cfg, layout))
+    noiseprofile.main(cfg, args.out or str(layout.noise_profile), blocks, planned,
+                      values=measuring.VALUES if args.values is None else args.values,
+                      warmups=measuring.WARMUPS if args.warmups is None else args.warmups,
                       seed=args.seed,
                       lock=args.lock or str(layout.bench_lock))
 
@@ -301,6 +306,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--config", help="the run's config: its experiments' pairs, their "
                    "options and results/<host>/ (default config/config.yaml)")
     p.add_argument("--config-json", help="the run's config as JSON text, in place of --config")
+    p.add_argument("--pairs", help="the plan's noise entry as JSON text (plan.json's noise; "
+                   "default: planned from the config)")
     p.add_argument("--blocks", type=int, help="blocks, each both sides of each pair in "
                    "fresh processes, at least 2 (default: the config's noise.profile.blocks)")
     p.add_argument("--values", type=int, help="values per process, at least 2 (default 5)")

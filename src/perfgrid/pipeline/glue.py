@@ -46,13 +46,12 @@ from typing import Any
 from perfgrid import experiments
 from perfgrid.design import jobs, planning
 from perfgrid.design.codeinputs import code_inputs
-from perfgrid.design.model import Block, Job, Plan, short_digest
+from perfgrid.design.model import Block, Job, Plan, noise_to_json, short_digest
 from perfgrid.design.plan import bench_words, option_words
 from perfgrid.experiments.base import Experiment, Point
 from perfgrid.kit import binding
 from perfgrid.kit.paths import Layout
 from perfgrid.measure import fixtures
-from perfgrid.pipeline import noiseprofile
 
 Config = dict[str, Any]
 
@@ -218,13 +217,15 @@ def block_inputs(cfg: Config, layout: Layout, plan: Plan, src: str,
     return out
 
 
-def digest_and_unrecorded(digest: str, name: str, value: Any) -> dict[str, Any]:
+def digest_and_unrecorded(digest: str, **values: Any) -> dict[str, Any]:
     """Params that rerun a job when ``digest`` changes and nothing else does: ``digest``,
-    which Snakemake records and compares, and ``name``, ``value`` as quoted JSON for the
-    command line, a function of the output, which Snakemake neither records nor
-    compares."""
-    text = shlex.quote(json.dumps(value, sort_keys=True))
-    return {"digest": digest, name: lambda wildcards, output: text}
+    which Snakemake records and compares, and each of ``values`` by its name as quoted
+    JSON for the command line, a function of the output, which Snakemake neither records
+    nor compares."""
+    texts = {name: shlex.quote(json.dumps(value, sort_keys=True))
+             for name, value in values.items()}
+    return {"digest": digest, **{name: (lambda wildcards, output, text=text: text)
+                                 for name, text in texts.items()}}
 
 
 def block_params(plan: Plan, name: str) -> dict[str, Any]:
@@ -232,8 +233,7 @@ def block_params(plan: Plan, name: str) -> dict[str, Any]:
     (:func:`block_digest`) and ``plan``, the block's part of the plan for its command line
     (``Plan.block_plan``, perfgrid.measure.block): recorded, it would be stored once per
     result file, some kilobytes for each of a block's jobs."""
-    return digest_and_unrecorded(block_digest(plan.blocks[name]), "plan",
-                                 plan.block_plan(name))
+    return digest_and_unrecorded(block_digest(plan.blocks[name]), plan=plan.block_plan(name))
 
 
 def block_digest(block: Block) -> str:
@@ -247,37 +247,35 @@ def block_digest(block: Block) -> str:
 # --- the noise profile (rules/noise.smk, perfgrid.pipeline.noiseprofile) ----------------
 
 
-def noise_pairs(cfg: Config) -> list[tuple[Experiment, Point]]:
-    """The points of the noise pairs of this run's experiments that this machine can run."""
-    return [(exp, point) for exp, pair in noiseprofile.declared()
-            if exp.name in cfg["experiments"]
-            and not any(exp.unavailable(p) for p in (pair.a, pair.b))
-            for point in (pair.a, pair.b)]
+def noise_points(plan: Plan) -> list[tuple[Experiment, Point]]:
+    """The points of the plan's noise pairs (those this machine can run)."""
+    return [(experiments.get(side.experiment), side.point)
+            for pair in plan.noise.values() for side in (pair.a, pair.b)]
 
 
-def noise_inputs(cfg: Config, layout: Layout, src: str) -> dict[str, list[str]]:
+def noise_inputs(cfg: Config, layout: Layout, plan: Plan, src: str) -> dict[str, list[str]]:
     """The noise profile's inputs besides the config as used: its code and what a benchmark
     job of each of its points needs (its files, code and C program)."""
     return {"code": code_inputs(src, "perfgrid.pipeline.cli:_noise"),
-            **jobs.merged_inputs(noise_pairs(cfg), cfg, layout, src)}
+            **jobs.merged_inputs(noise_points(plan), cfg, layout, src)}
 
 
-def noise_params(cfg: Config, layout: Layout, raw_config: dict[str, Any]) -> dict[str, Any]:
-    """The noise profile's params (:func:`digest_and_unrecorded`): a digest of its pairs'
-    points and the options their jobs get, so that the profile reruns when what it
-    measures changes and not on a config edit elsewhere, and ``config``, the run's config
-    for its command line. (An ``ancient`` config file as input would not do: when the
-    config file must be written again, Snakemake 9.27 checks no params of a job below
-    it.)"""
-    measured = [[exp.name, point, option_words(cfg, layout, exp.name, point)]
-                for exp, point in noise_pairs(cfg)]
-    digest = short_digest(json.dumps(measured, sort_keys=True, default=str))
-    return digest_and_unrecorded(digest, "config", raw_config)
+def noise_params(plan: Plan, raw_config: dict[str, Any]) -> dict[str, Any]:
+    """The noise profile's params (:func:`digest_and_unrecorded`): a digest of the plan's
+    noise entry (its pairs' points and command words, and the pairs skipped), so that the
+    profile reruns when what it measures changes and not on a config edit elsewhere;
+    ``pairs``, that entry for its command line; and ``config``, the run's config, which
+    says where the pairs' files are. (An ``ancient`` config file as input would not do:
+    when the config file must be written again, Snakemake 9.27 checks no params of a job
+    below it.)"""
+    entry = noise_to_json(plan.noise, plan.noise_skipped)
+    digest = short_digest(json.dumps(entry, sort_keys=True))
+    return digest_and_unrecorded(digest, pairs=entry, config=raw_config)
 
 
-def noise_memory(cfg: Config) -> dict[str, int]:
+def noise_memory(cfg: Config, plan: Plan) -> dict[str, int]:
     """The noise profile's ``mem_mb``: the most its points' experiments ask for, if any."""
-    asked = [m for m in (exp.job_mem_mb(cfg) for exp, _ in noise_pairs(cfg)) if m is not None]
+    asked = [m for m in (exp.job_mem_mb(cfg) for exp, _ in noise_points(plan)) if m is not None]
     return {"mem_mb": max(asked)} if asked else {}
 
 
@@ -290,6 +288,7 @@ def start_run(cfg: Config, layout: Layout, plan: Plan, argv: list[str], quiet: b
 
     from perfgrid.analyse import ledger
     from perfgrid.design.plan import design_digest
+    from perfgrid.kit import formats
     from perfgrid.kit.atomic import write_json
     from perfgrid.pipeline.progress import start_reporter
     from perfgrid.publish import gitinfo
@@ -302,5 +301,6 @@ def start_run(cfg: Config, layout: Layout, plan: Plan, argv: list[str], quiet: b
                                    "job_rate_limiter_stopped": quiet,
                                    "commit": gitinfo.facts().get("commit", ""),
                                    "ledger": ledger.digest(),
-                                   "design": design_digest(plan_data)})
+                                   "design": design_digest(plan_data),
+                                   "format": formats.FORMAT})
     start_reporter(plan_data, started)

@@ -1,0 +1,62 @@
+"""The formats of what a run writes, by number, and the one reader of older ones' shapes.
+
+A result set says its format in plan.json and run.json (``format``: :data:`FORMAT`); one
+without it is format 1. Format 1 is an earlier perfgrid's, which could let a claim point's
+round go (by a look at the claims or by the clock) and wrote a note where its result
+would be (:func:`not_measured`). Format 2 measures every round of its plan, so its raw
+results hold no note: a reader asks :func:`may_hold_notes` before it looks for them.
+Result sets and archives of format 1 are still read (compare, gallery, report), through
+this module only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+#: the format this perfgrid writes (plan.json's and run.json's ``format``)
+FORMAT = 2
+#: a result set whose plan.json and run.json name no format: an earlier perfgrid's
+UNNAMED = 1
+#: the key of the note a format-1 run wrote where a round it let go would have its result
+NOT_MEASURED = "perfgrid_not_measured"
+
+
+def of(data: dict[str, Any]) -> int:
+    """The format of plan.json's or run.json's ``data``: its ``format``, else 1."""
+    found = data.get("format", UNNAMED)
+    if not isinstance(found, int) or isinstance(found, bool) or not UNNAMED <= found <= FORMAT:
+        raise ValueError(f"format: {found!r} is not a result format this perfgrid reads; "
+                         f"allowed: {UNNAMED} to {FORMAT}")
+    return found
+
+
+def of_set(run_record: str | Path) -> int:
+    """The format of the result set whose run.json is ``run_record`` (1 where it has none:
+    an earlier perfgrid's, or a run that never started)."""
+    path = Path(run_record)
+    return of(json.loads(path.read_text())) if path.is_file() else UNNAMED
+
+
+def may_hold_notes(run_record: str | Path) -> bool:
+    """Whether the result set of run.json ``run_record`` may hold notes of rounds let go:
+    only format 1 wrote them."""
+    return of_set(run_record) < 2
+
+
+def not_measured(path: str | Path) -> dict[str, Any] | None:
+    """The note at ``path`` of a round a format-1 run let go (None for a result)."""
+    with open(path, "rb") as handle:
+        head = handle.read(len(NOT_MEASURED) + 8)
+    if NOT_MEASURED.encode() not in head:
+        return None
+    with open(path) as handle:
+        data = json.load(handle)
+    return data.get(NOT_MEASURED) if isinstance(data, dict) else None
+
+
+def measured(paths: Iterable[str | Path]) -> list[str | Path]:
+    """``paths`` less the notes of rounds let go (:func:`not_measured`)."""
+    return [p for p in paths if not_measured(p) is None]
