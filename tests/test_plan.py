@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import yaml
 from perfgrid import experiments
 from perfgrid.design import planning
 from perfgrid.design.plan import Plan, build, write
+from perfgrid.kit import formats
 from perfgrid.kit.paths import Layout
 from perfgrid.measure import block
 from perfgrid.pipeline import glue, progress, settings
@@ -262,6 +264,43 @@ def test_the_report_counts_the_rounds_an_earlier_perfgrid_let_go(tmp_path):
     write_json(layout.raw_dir("spawn") / "variant=x" / "round=1.json", {"benchmarks": []})
     assert let_go(layout, "spawn") == 2 and let_go(layout, "timers") == 0
     assert _cut_words(2, None).startswith("THIS RUN WAS CUT: an earlier perfgrid let 2 point")
+    # resumed by this perfgrid, the set stays format 1 (its notes are still counted) ...
+    assert formats.for_run(layout.run_record, layout.raw_dir("")) == 1
+    write_json(layout.run_record, {"started": 1.0})  # an earlier perfgrid's run.json
+    assert formats.for_run(layout.run_record, layout.raw_dir("")) == 1
+    write_json(layout.run_record, {"started": 1.0, "format": 1})
+    assert let_go(layout, "spawn") == 2
+    # ... and a set this perfgrid began is format 2: its rounds are never looked at for notes
+    fresh = Layout(tmp_path / "new")
+    assert formats.for_run(fresh.run_record, fresh.raw_dir("")) == formats.FORMAT == 2
+    write_json(fresh.run_record, {"started": 1.0, "format": 2})
+    write_json(fresh.raw_dir("spawn") / "variant=x" / "round=4.json",
+               {"perfgrid_not_measured": {"look": "budget", "why": "", "blocks": 3}})
+    assert let_go(fresh, "spawn") == 0
+    assert formats.for_run(fresh.run_record, fresh.raw_dir("")) == 2
+
+
+@pytest.mark.parametrize("written, why", [
+    (3, "format: 3 is not a result format this perfgrid reads; allowed: 1 to 2"),
+    ("2", "format: '2' is not a result format this perfgrid reads; allowed: 1 to 2"),
+    (True, "format: True is not"),
+])
+def test_a_format_this_perfgrid_cannot_read_is_refused_naming_the_key(written, why):
+    with pytest.raises(ValueError, match=re.escape(why)):
+        formats.of({"format": written})
+    assert formats.of({}) == 1 and formats.of({"format": 2}) == 2
+
+
+def test_plan_json_says_its_format_and_an_earlier_plan_reads_without_noise_pairs(tmp_path):
+    cfg = config(*CONFIGS["full"])
+    layout = Layout(tmp_path / cfg["host"])
+    write(build(cfg, layout), layout.plan)
+    data = json.loads(layout.plan.read_text())
+    assert data["format"] == formats.FORMAT and data["noise"]["pairs"]
+    assert Plan.from_json(data).noise
+    earlier = {k: v for k, v in data.items() if k not in ("format", "noise")}
+    old = Plan.from_json(earlier)
+    assert old.noise == {} and old.jobs == Plan.from_json(data).jobs
 
 
 def test_a_block_runs_its_jobs_in_order_with_the_harness_words_and_stops_at_a_failure(

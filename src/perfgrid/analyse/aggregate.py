@@ -34,6 +34,7 @@ import pyperf
 
 from perfgrid import experiments
 from perfgrid.analyse import stats
+from perfgrid.kit import formats
 from perfgrid.kit.atomic import atomic_path
 from perfgrid.kit.paths import Layout, side_tables_of
 from perfgrid.measure import counters
@@ -556,40 +557,18 @@ def row_from_results(paths: list[str | Path], check_path: bool = False,
     return row
 
 
-#: the key of the note an earlier perfgrid wrote where a round it let go (by a look at the
-#: claims or by the clock) would have left its result; perfgrid no longer lets rounds go,
-#: but result sets and archives of those runs are still read
-NOT_MEASURED = "perfgrid_not_measured"
-
-
-def not_measured(path: str | Path) -> dict[str, Any] | None:
-    """The note at ``path`` of a round an earlier perfgrid let go (None for a result)."""
-    with open(path, "rb") as handle:
-        head = handle.read(len(NOT_MEASURED) + 8)
-    if NOT_MEASURED.encode() not in head:
-        return None
-    with open(path) as handle:
-        data = json.load(handle)
-    return data.get(NOT_MEASURED) if isinstance(data, dict) else None
-
-
-def measured(paths: list[str | Path]) -> list[str | Path]:
-    """``paths`` less the notes of rounds let go (:func:`not_measured`)."""
-    return [p for p in paths if not_measured(p) is None]
-
-
 def build_table(experiment_name: str, paths: list[str | Path],
                 recorded_as: Callable[[str | Path], str] | None = None) -> pd.DataFrame:
     """The experiment's table from its result files, ratios filled in.
 
     Every result must be of this experiment and at its own point's path, and
     no point may come twice: a wrong file stops the table, naming the files.
-    Rounds an earlier perfgrid let go (:func:`not_measured`) are left out.
+    Rounds a format-1 run let go (perfgrid.kit.formats.not_measured) are left out.
     ``recorded_as``: see :func:`row_from_results`.
     """
     experiment = experiments.get(experiment_name)
     by_point: dict[str, list[str | Path]] = {}
-    for path in measured(paths):  # the rounds of one point: a folder, a file each
+    for path in formats.measured(paths):  # the rounds of one point: a folder, a file each
         folder = Path(path).parent if Layout.result_round(path) is not None else Path(path)
         by_point.setdefault(str(folder), []).append(path)
     rows, seen = [], {}

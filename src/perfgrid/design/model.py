@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgrid import experiments
+from perfgrid.kit import formats
 from perfgrid.kit.formats import FORMAT
 
 #: one benchmark job: (experiment, the point's axis values as text in axis order, round)
@@ -218,7 +219,9 @@ class Plan:
                               part=b["part"], priority=b["priority"],
                               jobs=tuple(by_result[r] for r in b["results"]))
                   for name, b in data["blocks"].items()}
-        noise, skipped = noise_from_json(data.get("noise") or {"pairs": {}, "skipped": {}})
+        # a format-1 plan.json (an earlier perfgrid's) has no noise pairs
+        noise, skipped = (noise_from_json(data["noise"]) if formats.of(data) >= 2
+                          else ({}, {}))
         return cls(root=data["root"], jobs=jobs, blocks=blocks,
                    rounds={e: v["rounds"] for e, v in data["experiments"].items()},
                    budget=dict(data["budget"]), noise=noise, noise_skipped=skipped)

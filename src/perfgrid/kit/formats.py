@@ -1,12 +1,13 @@
 """The formats of what a run writes, by number, and the one reader of older ones' shapes.
 
-A result set says its format in plan.json and run.json (``format``: :data:`FORMAT`); one
-without it is format 1. Format 1 is an earlier perfgrid's, which could let a claim point's
-round go (by a look at the claims or by the clock) and wrote a note where its result
-would be (:func:`not_measured`). Format 2 measures every round of its plan, so its raw
-results hold no note: a reader asks :func:`may_hold_notes` before it looks for them.
-Result sets and archives of format 1 are still read (compare, gallery, report), through
-this module only.
+plan.json and run.json say their format (``format``: :data:`FORMAT`); one without it is
+format 1. Format 1 is an earlier perfgrid's: its plan.json has no noise pairs, and its run
+could let a claim point's round go (by a look at the claims or by the clock), writing a
+note where the result would be (:func:`not_measured`). Format 2 measures every round of
+its plan, so its raw results hold no note. A result set's format is the oldest that wrote
+into it (:func:`for_run`): a format-1 set resumed by this perfgrid keeps its notes, and
+says so. Result sets and archives of format 1 are still read (compare, gallery, report),
+their notes through this module only.
 """
 
 from __future__ import annotations
@@ -38,6 +39,16 @@ def of_set(run_record: str | Path) -> int:
     an earlier perfgrid's, or a run that never started)."""
     path = Path(run_record)
     return of(json.loads(path.read_text())) if path.is_file() else UNNAMED
+
+
+def for_run(run_record: str | Path, raw_dir: str | Path) -> int:
+    """The format a starting run records in run.json (``run_record``): this perfgrid's,
+    unless the result set already holds an earlier format's files (its run.json says an
+    earlier format or none; or it has results in ``raw_dir`` and no run.json)."""
+    if Path(run_record).is_file():
+        return min(of_set(run_record), FORMAT)
+    held = Path(raw_dir).is_dir() and any(Path(raw_dir).iterdir())
+    return UNNAMED if held else FORMAT
 
 
 def may_hold_notes(run_record: str | Path) -> bool:

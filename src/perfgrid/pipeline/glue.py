@@ -295,6 +295,8 @@ def start_run(cfg: Config, layout: Layout, plan: Plan, argv: list[str], quiet: b
 
     started = time.time()
     plan_data = plan.to_json()
+    # the result set's format: this perfgrid's, or an earlier one whose files it holds
+    written = formats.for_run(layout.run_record, layout.raw_dir(""))  # raw/: every experiment's
     # the rules the verdicts are judged by and what the run measures, fixed at its start
     write_json(layout.run_record, {"argv": argv, "started": started, "cwd": os.getcwd(),
                                    "snakemake": snakemake_version, "order": cfg["order"],
@@ -302,5 +304,5 @@ def start_run(cfg: Config, layout: Layout, plan: Plan, argv: list[str], quiet: b
                                    "commit": gitinfo.facts().get("commit", ""),
                                    "ledger": ledger.digest(),
                                    "design": design_digest(plan_data),
-                                   "format": formats.FORMAT})
+                                   "format": written})
     start_reporter(plan_data, started)

@@ -32,6 +32,7 @@ from scipy import stats as sps
 from perfgrid import experiments
 from perfgrid.analyse import aggregate, analysis, stats
 from perfgrid.analyse.analysis import literal, plot_setup, save
+from perfgrid.kit import formats
 from perfgrid.kit.atomic import write_text
 from perfgrid.kit.paths import Layout, every_table
 from perfgrid.publish import archive
@@ -88,10 +89,10 @@ def _load(file: Path) -> pyperf.Benchmark:
 
 
 def _is_note(file: Path) -> bool:
-    """Whether ``file`` is the note of a round an earlier perfgrid let go (by a look or the
-    time budget, :func:`perfgrid.analyse.aggregate.not_measured`) where its result would be."""
+    """Whether ``file`` is the note of a round a format-1 run let go (by a look or the time
+    budget, :func:`perfgrid.kit.formats.not_measured`) where its result would be."""
     try:
-        return aggregate.not_measured(file) is not None
+        return formats.not_measured(file) is not None
     except (OSError, ValueError) as err:
         raise ValueError(f"{file}: cannot be read ({err})") from None
 

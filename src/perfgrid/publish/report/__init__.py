@@ -16,10 +16,11 @@ from typing import Any
 import pandas as pd
 
 from perfgrid import experiments
-from perfgrid.analyse.aggregate import not_measured, read_table
+from perfgrid.analyse.aggregate import read_table
 from perfgrid.analyse.analysis import Claim, claims_of, hook, module
 from perfgrid.design import model
 from perfgrid.experiments.base import Experiment
+from perfgrid.kit import formats
 from perfgrid.kit.atomic import write_text
 from perfgrid.kit.paths import Layout
 from perfgrid.measure import fixtures
@@ -60,10 +61,13 @@ def extra_tables(analysis: Any, table: pd.DataFrame, plot_dir: Path,
 
 
 def let_go(layout: Layout, experiment: str) -> int:
-    """How many of the experiment's point rounds an earlier perfgrid let go (a look or its
-    time budget left a note where the result would be: perfgrid.analyse.aggregate.not_measured);
-    0 for any run of this one, which measures every round of its plan."""
-    return sum(not_measured(path) is not None
+    """How many of the experiment's point rounds a format-1 run let go (a look or its time
+    budget left a note where the result would be: perfgrid.kit.formats.not_measured);
+    0 for a result set of a later format, which measures every round of its plan, without
+    looking at its files."""
+    if not formats.may_hold_notes(layout.run_record):
+        return 0
+    return sum(formats.not_measured(path) is not None
                for path in layout.raw_dir(experiment).rglob("round=*.json"))
 
 
