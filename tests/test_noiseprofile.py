@@ -4,9 +4,11 @@ config that enables it, the report's table, and one short real run of the syscal
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
 import json
 import math
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +21,7 @@ from perfgrid.design import plan
 from perfgrid.design.model import NoisePair, NoiseSide, Plan
 from perfgrid.kit.paths import Layout
 from perfgrid.measure import noiseprofile as measuring
-from perfgrid.pipeline import cli, config_errors, noiseprofile, settings
+from perfgrid.pipeline import cli, config_errors, glue, noiseprofile, settings
 from perfgrid.publish.report import formatting, pages, run_facts
 
 from helpers import FULL, REPO, compile_native, need
@@ -226,6 +228,34 @@ def test_the_plan_holds_the_pairs_with_a_benchmark_jobs_words_outside_its_design
     without = {k: v for k, v in data.items() if k not in ("noise", "format")}
     assert plan.design_digest(without) == plan.design_digest(data)
     assert "noise" not in plan.DESIGN_FIELDS
+
+
+def test_the_rule_measures_the_plans_pairs_as_passed_not_pairs_planned_again(tmp_path):
+    """Rule noise_profile passes plan.json's noise entry (``--pairs``): the profile measures
+    and skips what it says, and its params digest follows that entry alone."""
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"host": "nt", "results": str(tmp_path / "results"),
+                                    "experiments": ["syscall"]}))
+    entry = {"pairs": {}, "skipped": {"made up": "the plan says so"}}
+    out = tmp_path / "noise.json"
+    cli.main(["noise", "--config", str(path), "--pairs", json.dumps(entry), "--blocks", "2",
+              "--out", str(out)])
+    data = json.loads(out.read_text())
+    assert data["pairs"] == {} and data["skipped"] == {"made up": "the plan says so"}
+
+    cfg = _config(tmp_path, experiments=["syscall"])
+    layout = Layout.for_host("nt", tmp_path / "results")
+    built = plan.build(cfg, layout)
+    params = glue.noise_params(built, {"host": "nt"})
+    assert json.loads(shlex.split(params["pairs"](None, None))[0])["skipped"] == {
+        "file_read 1 MiB warm": "file_read is not among this run's experiments"}
+    longer = plan.build({**cfg, "budget": {"minutes": 999}}, layout)
+    assert glue.noise_params(longer, {})["digest"] == params["digest"]
+    if built.noise:  # a side's words changed: the profile measures again
+        name, pair = next(iter(built.noise.items()))
+        moved = dataclasses.replace(pair, a=dataclasses.replace(pair.a, words=("--point",)))
+        other = dataclasses.replace(built, noise={**built.noise, name: moved})
+        assert glue.noise_params(other, {})["digest"] != params["digest"]
 
 
 # -- the config ------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
-"""The plan's model: a benchmark job, a claim block and the plan (the words are
-perfgrid.design.plan's), and plan.json's one reader and writer (:meth:`Plan.from_json`,
-:meth:`Plan.to_json`). Measurement reads the design through these types only
-(tests/test_layers.py): a claim block gets its part of the plan as plan.json's data."""
+"""The plan's model: a benchmark job, a claim block, a noise profile's pair and the plan
+(the words are perfgrid.design.plan's), and plan.json's one reader and writer
+(:meth:`Plan.from_json`, :meth:`Plan.to_json`). Measurement reads the design through these
+types only (tests/test_layers.py): a claim block gets its part of the plan, and the noise
+profile its pairs, as plan.json's data."""
 
 from __future__ import annotations
 

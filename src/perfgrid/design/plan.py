@@ -6,7 +6,8 @@ fixed before the run and every job runs: nothing in the data or the clock change
 Snakemake builds it once while it parses the workflow (workflow/rules/common.smk), rule
 ``plan`` writes it as ``results/<host>/plan.json`` (:meth:`Plan.to_json`), and the rest
 reads it: the rules' input and params functions (perfgrid.pipeline.glue), the claim blocks' command
-lines (perfgrid.measure.block), the progress line (perfgrid.pipeline.progress) and the
+lines (perfgrid.measure.block), the noise profile's pairs (:func:`noise_pairs`, measured by
+perfgrid.measure.noiseprofile), the progress line (perfgrid.pipeline.progress) and the
 report's note on the time budget. Its types, and plan.json's one reader, are
 perfgrid.design.model's.
 
