@@ -8,7 +8,7 @@ CORES  ?= 16
 # pytest-xdist workers for the tests that measure nothing (auto: one per CPU)
 TEST_WORKERS ?= auto
 # Debian packages the benchmarks compare against; missing ones are skipped, never faked.
-# linux-perf: perf stat, for the kernel counters (perfgrid.counters)
+# linux-perf: perf stat, for the kernel counters (perfgrid.measure.counters)
 DEBS   ?= fio apache2-utils gcc erlang-nox linux-perf
 # ... and what the tests use besides: a real browser for the report check.
 TEST_DEBS ?= $(DEBS) chromium
@@ -50,10 +50,10 @@ lint: setup
 	$(BIN)/snakemake --lint
 
 # config/README.md's key tables, written again from the fixtures' and experiments' schema
-# files, and a new experiment's section added (perfgrid.configdoc;
+# files, and a new experiment's section added (perfgrid.pipeline.configdoc;
 # tests/test_config_readme.py holds them in step)
 config-doc: $(VENV)/.installed
-	$(BIN)/python -m perfgrid.configdoc
+	$(BIN)/python -m perfgrid.pipeline.configdoc
 
 setup: $(VENV)/.installed system-packages
 

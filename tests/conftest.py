@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from perfgrid import testfile
+from perfgrid.kit import testfile
 
 from helpers import copy_workflow, in_ci, run
 
@@ -103,11 +103,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 @pytest.fixture(autouse=True)
 def _one_run_only(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """The tests of an analysis judge their synthetic tables as one run: the between-run
-    component the recorded runs give (perfgrid.betweenrun) is set aside in this process,
+    component the recorded runs give (perfgrid.analyse.betweenrun) is set aside in this process,
     except in tests marked ``between_run``, which check it (tests/test_betweenrun.py keeps
     its own). A pipeline's jobs, in processes of their own, judge as a user's run does."""
     if request.node.get_closest_marker("between_run") is None:
-        from perfgrid import betweenrun
+        from perfgrid.analyse import betweenrun
 
         monkeypatch.setattr(betweenrun, "run_of", lambda root: betweenrun.Judging())
 

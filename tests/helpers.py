@@ -30,7 +30,7 @@ def full_config() -> dict:
     """config/config.yaml as the workflow reads it, on a copy: the schema's defaults filled
     in (a section may leave keys to them, as a new experiment's may), derived values added,
     ``workers: auto`` left as written."""
-    from perfgrid import configschema, settings
+    from perfgrid.pipeline import configschema, settings
 
     config = copy.deepcopy(FULL)
     configschema.validate(config)
@@ -75,8 +75,8 @@ def needs(*tools: str) -> pytest.MarkDecorator:
 def compile_native(name: str, out_dir: Path) -> str:
     """Compile C program ``name`` (in its experiment's ``native/``) as the pipeline does;
     skip without ``cc``."""
-    from perfgrid import jobs
-    from perfgrid.paths import PACKAGE
+    from perfgrid.design import jobs
+    from perfgrid.kit.paths import PACKAGE
 
     need("cc")
     out = out_dir / name
@@ -87,9 +87,10 @@ def compile_native(name: str, out_dir: Path) -> str:
 
 def compile_erlang(out_dir: str | os.PathLike[str]) -> Path:
     """``erlc`` every Erlang module into ``out_dir``, as the pipeline's ``erlang_beam`` rule
-    does; raises perfgrid.erlang.ErlangError with erlc's message where it fails."""
-    from perfgrid import erlang, jobs, lifetime
-    from perfgrid.paths import PACKAGE
+    does; raises perfgrid.kit.erlang.ErlangError with erlc's message where it fails."""
+    from perfgrid.design import jobs
+    from perfgrid.kit import erlang, lifetime
+    from perfgrid.kit.paths import PACKAGE
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -296,8 +297,8 @@ def watched_page(browser, width: int, problems: list[str]):
 
 def fixed_tau(monkeypatch, tau: float, prior: tuple[float, float] | None = None) -> None:
     """Judge every claim of this test with between-run component ``tau`` (and the
-    within-run prior ``(s0^2, d0)``), whatever the records say (perfgrid.betweenrun)."""
-    from perfgrid import betweenrun
+    within-run prior ``(s0^2, d0)``), whatever the records say (perfgrid.analyse.betweenrun)."""
+    from perfgrid.analyse import betweenrun
 
     def component(experiment, runtime, hypothesis, quantity="ratio", scale="log"):
         return betweenrun.Component(

@@ -29,9 +29,9 @@ Fact = tuple[str, str, str, float, bool]
 
 def syscall_harness_overhead() -> float:
     """Per-call time of the unrolled Python worker over a hand-written getuid loop, one CPU."""
-    from perfgrid import binding
     from perfgrid.experiments import get
     from perfgrid.experiments import syscall as syscall_mod
+    from perfgrid.kit import binding
 
     exp, n = get("syscall"), 40_000
     getuid = os.getuid
@@ -59,7 +59,7 @@ def syscall_harness_overhead() -> float:
 
 def erlang_spawn_rate() -> float:
     """Spawns per second of the Erlang spawn program, 2,000 spawns in 3 chains."""
-    from perfgrid import erlang
+    from perfgrid.kit import erlang
 
     from helpers import compile_erlang
 
@@ -75,10 +75,10 @@ def erlang_spawn_rate() -> float:
 
 def http_deadline_overrun() -> float:
     """Seconds a builtin-client load with a 0.3 s deadline takes to return."""
-    from perfgrid import binding
     from perfgrid.experiments.http import load
     from perfgrid.experiments.http.counter import init_database
     from perfgrid.experiments.http.supervisor import ServerGroup
+    from perfgrid.kit import binding
 
     with tempfile.TemporaryDirectory() as folder:
         db = Path(folder) / "c.sqlite"
@@ -95,7 +95,7 @@ def dry_run_seconds(runs: int = 5) -> tuple[float, str]:
     import statistics
     import subprocess
 
-    from perfgrid.paths import REPO
+    from perfgrid.kit.paths import REPO
 
     command = [sys.executable, "-m", "snakemake", "-n", "--cores", "16", "--quiet"]
 

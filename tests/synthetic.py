@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 import pyperf
 
-from perfgrid import aggregate
+from perfgrid.analyse import aggregate
 from perfgrid.experiments import get
-from perfgrid.paths import Layout
+from perfgrid.kit.paths import Layout
 
 #: a claim's compared value as a multiple of its threshold: below it, on it, above it
 LEVELS = {"below": 0.8, "at": 1.0, "above": 1.25}

@@ -14,9 +14,11 @@ import pytest
 from scipy.special import expit, logit
 from scipy.stats import norm, t
 
-from perfgrid import aa, archive, betweenrun, claimrow, cli
-from perfgrid.analysis import Claim
-from perfgrid.report.claims import write_claims
+from perfgrid.analyse import betweenrun, claimrow
+from perfgrid.analyse.analysis import Claim
+from perfgrid.pipeline import cli
+from perfgrid.publish import aa, archive
+from perfgrid.publish.report.claims import write_claims
 
 from helpers import fixed_tau
 from synthetic import result_folder
@@ -234,7 +236,7 @@ def test_rows_the_report_writes_give_back_their_within_run_error(monkeypatch, sh
     """Rows made by the production path (analysis.judged, a between-run sd of 0.15, a
     paired t(2) estimate; a share mapped to the logit scale by stats.Share): aa reads each
     run's within-run standard error back exactly, on the claim's scale."""
-    from perfgrid import analysis, stats
+    from perfgrid.analyse import analysis, stats
 
     fixed_tau(monkeypatch, 0.15)
     rows, errors = [], []

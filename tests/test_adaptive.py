@@ -1,6 +1,6 @@
 """Adaptive repetition: batches until the interval meets its target or the cap stops them.
 
-The harness's loop (perfgrid.bench.measure_point) runs here on synthetic
+The harness's loop (perfgrid.measure.bench.measure_point) runs here on synthetic
 batches and a fake clock, so each stopping rule is exercised exactly; the
 pipeline test with rounds runs the real thing.
 """
@@ -16,9 +16,12 @@ import numpy as np
 import pyperf
 import pytest
 
-from perfgrid import aggregate, bench, config_errors, configschema, planning, settings, stats
+from perfgrid.analyse import aggregate, stats
+from perfgrid.design import planning
 from perfgrid.experiments import get
-from perfgrid.paths import Layout
+from perfgrid.kit.paths import Layout
+from perfgrid.measure import bench
+from perfgrid.pipeline import config_errors, configschema, settings
 
 
 class FakeClock:
@@ -225,7 +228,8 @@ def test_rounds_run_in_the_planned_order_and_merge_in_the_table(tmp_path):
     import pandas as pd
     import yaml
 
-    from perfgrid import order
+    from perfgrid.design import order
+    from perfgrid.design.model import Job
     from perfgrid.experiments import get as get_experiment
 
     from helpers import REPO, snakemake, write_config
@@ -254,7 +258,7 @@ def test_rounds_run_in_the_planned_order_and_merge_in_the_table(tmp_path):
     for path in (root / "raw").rglob("*.json"):
         meta = pyperf.Benchmark.load(str(path)).get_metadata()
         point = json.loads(meta["perfgrid_point"])
-        started.append((meta["perfgrid_started"], order.Job("syscall", point, meta[
-            "perfgrid_round"]).key(axes)))
-    assert [key for _, key in sorted(started)] == [job.key(axes) for job in plan]
+        started.append((meta["perfgrid_started"], Job("syscall", point, meta[
+            "perfgrid_round"]).key_on(axes)))
+    assert [key for _, key in sorted(started)] == [job.key_on(axes) for job in plan]
     assert json.loads((root / "run.json").read_text())["order"] == {"shuffle": True, "seed": 5}

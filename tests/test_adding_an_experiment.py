@@ -18,7 +18,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from perfgrid import experiments, ledger
+from perfgrid import experiments
+from perfgrid.analyse import ledger
 from perfgrid.experiments.base import ANALYSIS_FILE, SCHEMA_FILE
 
 from helpers import REPO, copy_workflow
@@ -97,7 +98,7 @@ def free_place() -> int:
 def test_a_seventh_experiment_breaks_no_test_of_shared_code(tmp_path):
     """What the guide asks of a new experiment and nothing else: its package (the guide's
     files, renamed), its sections in config/config.yaml and config/quick.yaml, and its key
-    table in config/README.md written by ``python -m perfgrid.configdoc``. The tests that
+    table in config/README.md written by ``python -m perfgrid.pipeline.configdoc``. The tests that
     list the experiments, read their sections or guard their words pass there unchanged."""
     root = tmp_path / "repo"
     root.mkdir()
@@ -118,7 +119,7 @@ def test_a_seventh_experiment_breaks_no_test_of_shared_code(tmp_path):
         with (root / "config" / config).open("a") as out:
             out.write("\n" + yaml.safe_dump({SEVENTH: section}))
     env = {**os.environ, "PYTHONPATH": str(root / "src")}
-    subprocess.run([sys.executable, "-m", "perfgrid.configdoc"], cwd=root, env=env,
+    subprocess.run([sys.executable, "-m", "perfgrid.pipeline.configdoc"], cwd=root, env=env,
                    check=True, capture_output=True, timeout=120)
     assert f"## {SEVENTH}" in (root / "config" / "README.md").read_text()
     names = subprocess.run([sys.executable, "-c", "from perfgrid import experiments; "

@@ -10,9 +10,9 @@ import pandas as pd
 import pyperf
 import pytest
 
-from perfgrid import aggregate
+from perfgrid.analyse import aggregate
 from perfgrid.experiments import get
-from perfgrid.paths import Layout, side_tables_of
+from perfgrid.kit.paths import Layout, side_tables_of
 
 EXP = get("file_read")
 LAYOUT = Layout.for_host("tiny", "results")
@@ -283,7 +283,7 @@ def test_a_table_from_before_side_tables_reads_as_one_with_them(tmp_path):
 
 
 def test_every_table_leaves_the_side_tables_out(tmp_path):
-    from perfgrid.paths import every_table
+    from perfgrid.kit.paths import every_table
 
     aggregate.write_table(rounds_table(tmp_path), tmp_path / LAYOUT.table("syscall"))
     assert every_table(tmp_path / "results") == [tmp_path / LAYOUT.table("syscall")]

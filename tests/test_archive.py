@@ -26,7 +26,7 @@ import pyperf
 import pytest
 import yaml
 
-from perfgrid import archive, crate
+from perfgrid.publish import archive, crate
 
 from helpers import need
 
@@ -175,7 +175,7 @@ def leftovers(folder: Path, archive_path: Path) -> list[str]:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "perfgrid.cli", *args],
+    return subprocess.run([sys.executable, "-m", "perfgrid.pipeline.cli", *args],
                           capture_output=True, text=True, timeout=120)
 
 
@@ -340,7 +340,7 @@ def result_folder(root: Path, result_file: str) -> Path:
 
 
 def test_compare_refuses_an_archive_that_fails_verify(tmp_path):
-    from perfgrid import compare
+    from perfgrid.publish import compare
 
     a = result_folder(tmp_path / "a", "results/a/raw/file_read/variant=read.json")
     bad = write(tmp_path / "b.tar.gz", replaced(TABLE, special(
@@ -361,7 +361,7 @@ def test_compare_refuses_an_archive_that_fails_verify(tmp_path):
 ])
 def test_compare_never_opens_a_result_file_outside_its_inputs(tmp_path, monkeypatch,
                                                               recorded):
-    from perfgrid import compare
+    from perfgrid.publish import compare
 
     a = result_folder(tmp_path / "a", "results/a/raw/file_read/variant=read.json")
     outside = tmp_path / "outside.json"  # valid pyperf JSON: only the path is wrong

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from perfgrid import config_errors, configschema, machine, planning, settings
-from perfgrid.report import run_facts
+from perfgrid.design import planning
+from perfgrid.measure import machine
+from perfgrid.pipeline import config_errors, configschema, settings
+from perfgrid.publish.report import run_facts
 
 from helpers import REPO
 

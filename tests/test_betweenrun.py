@@ -1,5 +1,5 @@
-"""The between-run component per claim and machine kind (perfgrid.betweenrun) and the
-records it is estimated from (perfgrid.recording)."""
+"""The between-run component per claim and machine kind (perfgrid.analyse.betweenrun) and the
+records it is estimated from (perfgrid.publish.recording)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from perfgrid import betweenrun, recording
+from perfgrid.analyse import betweenrun
+from perfgrid.publish import recording
 
 pytestmark = pytest.mark.between_run
 
@@ -151,7 +152,7 @@ def test_the_shipped_records_are_read_only_package_data() -> None:
 
 def _result_set(root: Path, claims_rows: list[dict], started: float = 1.8e9) -> Path:
     """A minimal result folder with what a record needs."""
-    from perfgrid.report.claims import CLAIM_FIELDS
+    from perfgrid.publish.report.claims import CLAIM_FIELDS
 
     (root / "raw" / "toy").mkdir(parents=True)
     (root / "raw" / "toy" / "r.json").write_text(json.dumps({"started": started}))

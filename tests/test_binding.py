@@ -3,8 +3,8 @@ import threading
 
 import pytest
 
-from perfgrid import binding
-from perfgrid.binding import Cpu
+from perfgrid.kit import binding
+from perfgrid.kit.binding import Cpu
 
 # two packages, two cores each, two SMT threads per core
 TOPO = [Cpu(package=p, core=c, cpu=p * 4 + c + t * 8) for p in (0, 1) for c in (0, 1)
@@ -93,8 +93,8 @@ def test_a_shortened_read_back_is_checked_as_far_as_it_goes():
 
 
 def test_the_harness_hook_adds_placement_columns_and_fails_a_mismatch():
-    from perfgrid.bench import _ObservationHook
     from perfgrid.experiments.base import Case
+    from perfgrid.measure.bench import _ObservationHook
 
     cpu = binding.allowed_cpus()[0]
     readback = {"perfgrid_worker_cpus": f"{cpu}|{cpu}"}

@@ -8,8 +8,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from perfgrid import analysis, configschema, experiments, planning, settings
-from perfgrid.paths import REPO
+from perfgrid import experiments
+from perfgrid.analyse import analysis
+from perfgrid.design import planning
+from perfgrid.kit.paths import REPO
+from perfgrid.pipeline import configschema, settings
 
 from synthetic import per_process, row, single
 

@@ -1,5 +1,5 @@
-"""Each job's code inputs are the import closure of what it runs (perfgrid.codeinputs), so
-editing a module reruns the jobs that run it, and no other."""
+"""Each job's code inputs are the import closure of what it runs
+(perfgrid.design.codeinputs), so editing a module reruns the jobs that run it, and no other."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from perfgrid import experiments, jobs
-from perfgrid.codeinputs import code_inputs
-from perfgrid.paths import PACKAGE
+from perfgrid import experiments
+from perfgrid.design import jobs
+from perfgrid.design.codeinputs import code_inputs
+from perfgrid.kit.paths import PACKAGE
 
 from helpers import edited, job_counts, run
 
@@ -131,40 +132,40 @@ def real(*roots: str) -> set[str]:
 
 
 def plots_code(experiment: str) -> set[str]:
-    return real("perfgrid.cli:_plots", f"perfgrid.experiments.{experiment}.analysis")
+    return real("perfgrid.pipeline.cli:_plots", f"perfgrid.experiments.{experiment}.analysis")
 
 
 def test_a_plot_job_runs_the_plot_helpers_and_its_own_analysis_only():
     names = experiments.available()
     for name in names:
         found = plots_code(name)
-        assert {"plots.py", "scaling.py", "analysis/__init__.py",
+        assert {"publish/plots.py", "analyse/scaling.py", "analyse/analysis/__init__.py",
                 f"experiments/{name}/analysis.py"} <= found
         assert not {f"experiments/{other}/analysis.py" for other in names} - {
             f"experiments/{name}/analysis.py"} & found
-        assert "bench.py" not in found and "report/__init__.py" not in found
+        assert "measure/bench.py" not in found and "publish/report/__init__.py" not in found
 
 
 def test_no_benchmark_or_table_job_runs_an_analysis_or_the_plot_helpers():
     for name in experiments.available():
         workload = {p.removeprefix(f"{PACKAGE}/")
                     for p in jobs.workload(experiments.get(name), str(PACKAGE))}
-        table = real("perfgrid.cli:_table", f"perfgrid.experiments.{name}")
-        assert {"bench.py", f"experiments/{name}/__init__.py"} <= workload
+        table = real("perfgrid.pipeline.cli:_table", f"perfgrid.experiments.{name}")
+        assert {"measure/bench.py", f"experiments/{name}/__init__.py"} <= workload
         for code in (workload, table):
             assert not any(p.endswith("analysis.py") for p in code)
-            assert "plots.py" not in code
+            assert "publish/plots.py" not in code
 
 
 def test_the_report_reads_its_templates():
-    assert {"report/__init__.py", "templates/report.html.j2",
-            "templates/report.md.j2"} <= real("perfgrid.cli:_report")
+    assert {"publish/report/__init__.py", "templates/report.html.j2",
+            "templates/report.md.j2"} <= real("perfgrid.pipeline.cli:_report")
 
 
 def test_what_a_plot_job_imports_is_in_its_code_inputs():
     """The modules of perfgrid loaded by importing what a plot job runs, asked of Python
     itself, are all in the closure found by reading."""
-    script = ("import sys, perfgrid.plots, perfgrid.experiments.file_read.analysis\n"
+    script = ("import sys, perfgrid.publish.plots, perfgrid.experiments.file_read.analysis\n"
               "print('\\n'.join(m for m in sys.modules if m.startswith('perfgrid')))")
     loaded = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                             check=True).stdout.split()
@@ -180,7 +181,7 @@ def test_what_a_plot_job_imports_is_in_its_code_inputs():
 
 @pytest.mark.pipeline
 def test_editing_the_plot_helpers_reruns_the_plot_jobs(tree):
-    with edited(tree / "src/perfgrid/plots.py"):
+    with edited(tree / "src/perfgrid/publish/plots.py"):
         output = run(tree, "-n")
     # the report shows the figures: Snakemake makes it again after them
     assert job_counts(output) == {"plots": 1, "report": 1, "all": 1}
@@ -198,12 +199,12 @@ def test_editing_an_experiments_analysis_reruns_its_plots_and_report(tree):
 
 @pytest.mark.pipeline
 def test_editing_a_module_no_job_runs_reruns_nothing(tree):
-    with edited(tree / "src/perfgrid/gallery.py"):
+    with edited(tree / "src/perfgrid/publish/gallery.py"):
         assert "Nothing to be done" in run(tree, "-n")
 
 
 @pytest.mark.pipeline
 def test_editing_the_aggregation_reruns_the_tables_and_what_derives(tree):
-    with edited(tree / "src/perfgrid/aggregate.py"):
+    with edited(tree / "src/perfgrid/analyse/aggregate.py"):
         counts = job_counts(run(tree, "-n"))
     assert counts == {"table": 1, "plots": 1, "report": 1, "all": 1}

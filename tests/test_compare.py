@@ -10,10 +10,13 @@ import pandas as pd
 import pyperf
 import pytest
 
-from perfgrid import aggregate, cli, compare
-from perfgrid.atomic import write_json
+from perfgrid.analyse import aggregate
 from perfgrid.experiments import get
-from perfgrid.paths import Layout
+from perfgrid.kit import formats
+from perfgrid.kit.atomic import write_json
+from perfgrid.kit.paths import Layout
+from perfgrid.pipeline import cli
+from perfgrid.publish import compare
 
 from synthetic import file_read_table, result_folder
 
@@ -175,7 +178,7 @@ def test_literal_labels_are_drawn_as_written(label):
     import matplotlib.pyplot as plt
     from matplotlib import cbook
 
-    from perfgrid.analysis import literal
+    from perfgrid.analyse.analysis import literal
 
     assert not cbook.is_math_text(literal(label))
     fig, ax = plt.subplots()
@@ -306,11 +309,12 @@ def test_aa_stops_when_a_run_fails(tmp_path, monkeypatch):
     assert not (tmp_path / "results" / "compare").exists()
 
 
-# -- result sets of an earlier perfgrid, with rounds let go (perfgrid.aggregate.not_measured)
+# -- result sets of an earlier perfgrid, with rounds let go
+# (perfgrid.kit.formats.not_measured)
 def _write_note(path: Path, why: str, blocks: int) -> None:
     """The note an earlier perfgrid wrote where a round it let go would have its result."""
-    write_json(path, {aggregate.NOT_MEASURED: {"look": "look-2.json", "why": why,
-                                               "blocks": blocks}})
+    write_json(path, {formats.NOT_MEASURED: {"look": "look-2.json", "why": why,
+                                             "blocks": blocks}})
 
 
 def rounds_folder(root: Path, host: str, speed: float, measured: int = 2,
@@ -350,7 +354,7 @@ def test_compare_leaves_out_the_rounds_let_go_and_counts_them(tmp_path):
     a = rounds_folder(tmp_path, "hosta", 1.0)
     b = rounds_folder(tmp_path, "hostb", 2.0, measured=3, let_go=2)
     point = a / "raw" / "file_read" / "variant=read" / "cache=warm" / "binding=none"
-    assert aggregate.not_measured(next(point.rglob("round=3.json")))  # a note, as the run left it
+    assert formats.not_measured(next(point.rglob("round=3.json")))  # a note, as the run left it
     assert pd.read_csv(a / "tables" / "file_read.csv")["n_rounds"].tolist() == [2]
     itself = compare.compare(str(a), str(a), tmp_path / "self")
     row = itself["tables"]["file_read"].iloc[0]

@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from perfgrid import config_errors, configschema, experiments, planning, settings, testfile
+from perfgrid import experiments
+from perfgrid.design import planning
+from perfgrid.kit import testfile
+from perfgrid.pipeline import config_errors, configschema, settings
 
 from helpers import REPO, snakemake, write_config
 
@@ -527,7 +530,7 @@ def test_the_used_config_and_skipped_jobs_write_what_the_workflow_decided(tmp_pa
     worked out again from that YAML are the ones the workflow's grid skips."""
     import json
 
-    from perfgrid import cli
+    from perfgrid.pipeline import cli
 
     config = copy.deepcopy(BASE)
     cfg = settings.validated(config, check_disk=False)

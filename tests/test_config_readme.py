@@ -3,7 +3,7 @@ in step.
 
 Each section's keys are described once, in its schema file; the tables between the
 ``<!-- keys:<name> begin/end -->`` markers are written from them by
-``python -m perfgrid.configdoc`` (``make config-doc``).
+``python -m perfgrid.pipeline.configdoc`` (``make config-doc``).
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from perfgrid import configdoc, configschema, experiments
+from perfgrid import experiments
+from perfgrid.pipeline import configdoc, configschema
 
 
 def test_the_committed_key_tables_are_the_generated_ones():
     committed = configdoc.README.read_text()
     assert configdoc.render(committed) == committed, (
         "config/README.md's key tables are out of step with the sections' schema files "
-        "(or config/config.yaml); run `python -m perfgrid.configdoc` (or `make "
+        "(or config/config.yaml); run `python -m perfgrid.pipeline.configdoc` (or `make "
         "config-doc`) and commit config/README.md")
 
 
@@ -62,7 +63,7 @@ def test_check_mode_writes_nothing_and_says_what_to_run(tmp_path, capsys):
     readme.write_text(stale)
     assert configdoc.main(["--check", "--readme", str(readme)]) == 1
     assert readme.read_text() == stale
-    assert "python -m perfgrid.configdoc" in capsys.readouterr().err
+    assert "python -m perfgrid.pipeline.configdoc" in capsys.readouterr().err
     assert configdoc.main(["--readme", str(readme)]) == 0
     assert readme.read_text() == text
     assert configdoc.main(["--check", "--readme", str(readme)]) == 0

@@ -12,9 +12,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from perfgrid import aggregate, bench, configschema, counters, planning, settings
-from perfgrid.analysis import why
-from perfgrid.paths import REPO
+from perfgrid.analyse import aggregate
+from perfgrid.analyse.analysis import why
+from perfgrid.design import planning
+from perfgrid.kit.paths import REPO
+from perfgrid.measure import bench, counters
+from perfgrid.pipeline import configschema, settings
 
 from helpers import FULL, need
 
@@ -75,14 +78,15 @@ def test_a_tracepoint_not_counted_is_named_with_its_reason_never_zero():
 
 
 def test_the_counted_pass_is_its_own_module_not_the_librarys():
-    """perf runs ``python -m perfgrid.counting_pass``, which looks the experiment up in the
-    registry; perfgrid.counters, which shared code imports, has no entry point."""
-    assert not hasattr(counters, "main") and counters.PASS_MODULE == "perfgrid.counting_pass"
+    """perf runs ``python -m perfgrid.measure.counting_pass``, which looks the experiment up in the
+    registry; perfgrid.measure.counters, which shared code imports, has no entry point."""
+    assert not hasattr(counters, "main")
+    assert counters.PASS_MODULE == "perfgrid.measure.counting_pass"
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    done = subprocess.run([sys.executable, "-m", "perfgrid.counting_pass", "--help"],
+    done = subprocess.run([sys.executable, "-m", "perfgrid.measure.counting_pass", "--help"],
                           capture_output=True, text=True, env=env, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
-    assert "python -m perfgrid.counting_pass" in done.stdout and "--loops" in done.stdout
+    assert "python -m perfgrid.measure.counting_pass" in done.stdout and "--loops" in done.stdout
 
 
 def test_perf_missing_is_a_reason_not_a_failure(monkeypatch, tmp_path):
@@ -202,7 +206,7 @@ def test_a_real_counting_pass_through_the_harness(tmp_path):
     """One tiny syscall point measured and counted: the row gets counts per call."""
     need("perf")
     out = tmp_path / "syscall.json"
-    cmd = [sys.executable, "-m", "perfgrid.bench", "syscall", "--point", "variant=python",
+    cmd = [sys.executable, "-m", "perfgrid.measure.bench", "syscall", "--point", "variant=python",
            "--point", "call=getuid", "--point", "binding=none", "--point", "workers=1",
            "--counters", "--result", str(out), "--processes", "1", "--values", "1",
            "--warmups", "0", "--loops", "200"]

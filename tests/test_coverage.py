@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perfgrid import stats
+from perfgrid.analyse import stats
 
 from helpers import fixed_tau
 
@@ -243,9 +243,9 @@ def test_bimodal_rounds_that_show_are_flagged() -> None:
 
 
 def _judged(quantity, threshold: float = 1.0, op: str = ">="):
-    """``quantity`` judged as the report judges a claim (perfgrid.analysis.judged), for an
+    """``quantity`` judged as the report judges a claim (perfgrid.analyse.analysis.judged), for an
     experiment of the tests' own that keeps no ledger."""
-    from perfgrid.analysis import judged
+    from perfgrid.analyse.analysis import judged
 
     return judged("coverage_toy", "a ratio", "ratio >= threshold", quantity, op, threshold)
 
@@ -283,7 +283,7 @@ def test_claims_of_unlike_spreads_each_cover_through_the_judging_path(noise: str
 def test_a_run_with_the_between_run_component_covers_the_machines_truth(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Each run of a machine lands ``tau`` away from the machine's truth (host, day); its
-    rounds see only its own. Judged with that tau (perfgrid.betweenrun), the interval
+    rounds see only its own. Judged with that tau (perfgrid.analyse.betweenrun), the interval
     covers the machine's truth 93-97 %; without it, far less (the gap between runs)."""
     tau, sd, truth = 0.08, 0.03, 1.3
     rng = np.random.default_rng(31)

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from perfgrid import jobs, settings
-from perfgrid.paths import Layout
-from perfgrid.plan import build
+from perfgrid.design import jobs
+from perfgrid.design.plan import build
+from perfgrid.kit.paths import Layout
+from perfgrid.pipeline import settings
 
 from helpers import FULL, REPO, SNAKEMAKE, copy_workflow, job_counts, missing_tools
 
@@ -22,7 +23,7 @@ from helpers import FULL, REPO, SNAKEMAKE, copy_workflow, job_counts, missing_to
 @pytest.mark.pipeline
 def test_a_dry_run_of_the_full_config_lists_every_planned_job(tmp_path: Path):
     """``snakemake -n`` with config/config.yaml, in a copy of the workflow: one job per
-    sweep point of each experiment and one per claim block, as perfgrid.plan builds them
+    sweep point of each experiment and one per claim block, as perfgrid.design.plan builds them
     here without Snakemake, the programs compiled once each, one report; nothing run."""
     root = copy_workflow(tmp_path, config=None)
     done = subprocess.run([*SNAKEMAKE, "-n", "--cores", "16"], cwd=root, capture_output=True,

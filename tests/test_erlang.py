@@ -12,10 +12,11 @@ import numpy as np
 import psutil
 import pytest
 
-from perfgrid import erlang, planning
-from perfgrid.aggregate import row_from_results
+from perfgrid.analyse.aggregate import row_from_results
+from perfgrid.design import planning
 from perfgrid.experiments import get
 from perfgrid.experiments.http import load as http_load
+from perfgrid.kit import erlang
 
 from helpers import REPO, compile_erlang, full_config
 
@@ -259,7 +260,7 @@ def test_http_case_checks_the_counter_and_stops_the_vm(beams, tmp_path):
 
 def test_bench_writes_a_row_of_runtime_erlang(beams, tmp_path):
     out = tmp_path / "ring.json"
-    cmd = [sys.executable, "-m", "perfgrid.bench", "ring", "--point", "variant=erlang",
+    cmd = [sys.executable, "-m", "perfgrid.measure.bench", "ring", "--point", "variant=erlang",
            "--point", "binding=single", "--point", "workers=1", "--option", "rings=2",
            "--option", "size=3", "--option", "rounds=10", "--option", "worker_rounds=1",
            "--option", f"beams={beams}", "--result", str(out), "--processes", "1",

@@ -10,9 +10,10 @@ import pandas as pd
 import psutil
 import pytest
 
-from perfgrid import binding, pagecache, stats, testfile
+from perfgrid.analyse import stats
 from perfgrid.experiments import file_read, get
 from perfgrid.experiments.file_read import analysis as fr_analysis
+from perfgrid.kit import binding, pagecache, testfile
 
 from helpers import REPO, needs
 from synthetic import LEVELS, expected_verdict, named_claims, row
@@ -417,7 +418,7 @@ def test_a_best_of_rows_over_dd_is_paired_with_dd_round_by_round() -> None:
     (up to 40 %): each row's ratio to dd is paired round by round before the best-of
     (analysis.best_ratio), so the drift cancels and the claim decides; the best rate
     divided by dd after the best-of loses the pairing, and its interval straddles."""
-    from perfgrid.analysis import best_ratio, rate_at, rate_estimates, rows_where
+    from perfgrid.analyse.analysis import best_ratio, rate_at, rate_estimates, rows_where
 
     drift = [1.0, 1.4, 0.8, 1.2, 0.9, 1.3]
     rows = [_rounds_row("dd", "none", [d * (1 + 0.01 * (i % 2)) for i, d in enumerate(drift)])]

@@ -23,9 +23,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfgrid import archive, cli, gallery
-from perfgrid.analysis import Claim
-from perfgrid.report.claims import read_claims, write_claims
+from perfgrid.analyse.analysis import Claim
+from perfgrid.pipeline import cli
+from perfgrid.publish import archive, gallery
+from perfgrid.publish.report.claims import read_claims, write_claims
 
 from helpers import CHROMIUM, CHROMIUM_ARGS, REPO, watched_page
 from synthetic import result_folder

@@ -21,7 +21,6 @@ import psutil
 import pytest
 import yaml
 
-from perfgrid import binding, config_errors, configschema, settings
 from perfgrid.experiments import get
 from perfgrid.experiments import http as http_mod
 from perfgrid.experiments.http import CorrectnessError, analysis, check_load
@@ -29,6 +28,8 @@ from perfgrid.experiments.http import counter as sqlite_counter
 from perfgrid.experiments.http import load as http_load
 from perfgrid.experiments.http import server as http_server
 from perfgrid.experiments.http.supervisor import ServerGroup
+from perfgrid.kit import binding
+from perfgrid.pipeline import config_errors, configschema, settings
 
 from helpers import REPO, full_config, gone, needs, snakemake, write_config
 from synthetic import LEVELS, expected_verdict, row, single
@@ -772,7 +773,7 @@ def test_the_full_run_gives_erlangs_short_loads_more_rounds_than_pythons(variant
     """Python's claim points keep the seed's three runs of ab; Erlang's ~3 s loads get
     the design's claims.rounds (None here: read from the config); uvloop and the
     single-CPU binding, which no claim reads, run once."""
-    from perfgrid import planning
+    from perfgrid.design import planning
 
     point = {"variant": variant, "client": "ab", "keepalive": "off", "binding": binding,
              "workers": 2, "concurrency": 100}

@@ -22,9 +22,11 @@ from pathlib import Path
 import yaml
 
 import perfgrid
-from perfgrid import configschema, experiments, jobs
-from perfgrid.codeinputs import code_inputs
+from perfgrid import experiments
+from perfgrid.design import jobs
+from perfgrid.design.codeinputs import code_inputs
 from perfgrid.experiments.base import SCHEMA_FILE
+from perfgrid.pipeline import configschema
 
 SRC = Path(perfgrid.__file__).resolve().parent
 REPO = SRC.parents[1]
@@ -89,7 +91,7 @@ def test_no_import_runs_in_a_circle():
         order = list(TopologicalSorter(graph).static_order())
     except CycleError as err:
         raise AssertionError(f"import cycle: {' -> '.join(reversed(err.args[1]))}") from None
-    assert set(order) == set(graph) and "perfgrid.bench" in order
+    assert set(order) == set(graph) and "perfgrid.measure.bench" in order
 
 
 def reaches(graph: dict[str, set[str]], module: str) -> set[str]:
@@ -104,31 +106,101 @@ def reaches(graph: dict[str, set[str]], module: str) -> set[str]:
 
 
 def test_libraries_below_the_registry_stay_below_it():
-    """The counters' library (its worker entry point is perfgrid.counting_pass), the Erlang
+    """The counters' library (its worker entry point is perfgrid.measure.counting_pass), the Erlang
     runner (its compile helper is the tests'), the topology (with the CPU limit of
     ``workers: auto``) and machine.json's snapshot import neither the config's settings nor,
     but for machine's lazy tool and package lists, the registry."""
-    from perfgrid import erlang
+    from perfgrid.kit import erlang
 
     graph = import_graph()
-    for module in ("perfgrid.counters", "perfgrid.erlang", "perfgrid.topology"):
-        assert not reaches(graph, module) & {"perfgrid.experiments", "perfgrid.settings",
-                                             "perfgrid.jobs"}, module
-    assert "perfgrid.settings" not in reaches(graph, "perfgrid.machine")
-    assert reaches(graph, "perfgrid.topology") == set()  # the floor: sysfs and /proc only
-    assert "perfgrid.experiments" in graph["perfgrid.counting_pass"]
+    for module in ("perfgrid.measure.counters", "perfgrid.kit.erlang", "perfgrid.kit.topology"):
+        assert not reaches(graph, module) & {"perfgrid.experiments", "perfgrid.pipeline.settings",
+                                             "perfgrid.design.jobs"}, module
+    assert "perfgrid.pipeline.settings" not in reaches(graph, "perfgrid.measure.machine")
+    assert reaches(graph, "perfgrid.kit.topology") == set()  # the floor: sysfs and /proc only
+    assert "perfgrid.experiments" in graph["perfgrid.measure.counting_pass"]
     assert not hasattr(erlang, "compile_modules")
 
 
-#: modules no benchmark job may run: the statistics, the analysis and what publishes it, the
-#: config's settings and the pipeline's own code. Each module a benchmark job imports is a
-#: code input of every benchmark job (perfgrid.codeinputs), so an edit to one of these (a
-#: docstring) would rerun the whole measurement.
-NOT_MEASUREMENT = ("stats", "analysis", "report", "aa", "pooling", "gallery", "settings",
-                   "glue", "aggregate", "betweenrun", "readings", "recording", "plots",
-                   "scaling", "compare", "claimrow", "ledger", "codeinputs", "progress")
-#: the most lines of Python file_read's benchmark jobs may run (4,330 with perfgrid.stats)
+#: the folders of src/perfgrid, lowest first: each says when its code runs. A module imports
+#: modules of its own folder and of those below it, but for :data:`BACK_ARROWS`.
+LAYERS = ("kit", "experiments", "measure", "design", "analyse", "publish", "pipeline")
+#: what a benchmark job may run: the kit, the workloads and the harness. Each module a
+#: benchmark job imports is a code input of every benchmark job (perfgrid.design.codeinputs),
+#: so an edit to any other (a docstring in the statistics) would rerun the whole measurement.
+MEASUREMENT = ("kit", "experiments", "measure")
+#: imports that point from a folder up to a higher one, each listed with its reason
+BACK_ARROWS = {
+    # a claim block runs its jobs as the plan's model has them (plan.json's one reader)
+    ("perfgrid.measure.block", "perfgrid.design.model"),
+    # the noise profile measures the plan's pairs as the model has them (plan.json's noise)
+    ("perfgrid.measure.noiseprofile", "perfgrid.design.model"),
+}
+#: the design's model types, which measurement may read (a claim block reads its part of the
+#: plan through them, perfgrid.measure.block): they run nothing else of the design
+DESIGN_MODEL = frozenset({"perfgrid.design.model"})
+#: the folders' own packages (their __init__ runs no module)
+FOLDERS = {f"perfgrid.{folder}" for folder in LAYERS if folder != "experiments"}
+#: the most lines of Python file_read's benchmark jobs may run (4,330 with the statistics)
 FILE_READ_LINES = 3500
+
+
+def layer(module: str) -> str | None:
+    """The folder (:data:`LAYERS`) module ``module`` sits in; an experiment's analysis module
+    is the analysis's. None for the package itself and its shipped records (``data``)."""
+    parts = module.split(".")
+    if len(parts) < 2 or parts[1] == "data":
+        return None
+    if parts[1] == "experiments":
+        return "analyse" if len(parts) > 3 and parts[3] == "analysis" else "experiments"
+    return parts[1]
+
+
+def back_arrows(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """Each import (importer, imported) from a folder to a module above it in :data:`LAYERS`
+    (a folder's own ``__init__``, which runs nothing, is no arrow)."""
+    return {(module, target) for module, targets in graph.items() for target in targets
+            if layer(module) and layer(target) and target.count(".") > 1
+            and LAYERS.index(layer(target)) > LAYERS.index(layer(module))}
+
+
+def test_every_module_sits_in_a_folder_that_says_when_it_runs():
+    graph = import_graph()
+    assert sorted(p.name for p in SRC.glob("*.py")) == ["__init__.py"]
+    assert {layer(m) for m in graph} == {*LAYERS, None}
+    assert layer("perfgrid.experiments.spawn.analysis") == "analyse"
+    assert layer("perfgrid.experiments.spawn.chains") == "experiments"
+    for folder in FOLDERS:  # a folder's __init__ runs no module
+        assert graph[folder] == set(), folder
+
+
+def test_the_import_drawing_runs_up_the_layers_with_at_most_4_arrows_back():
+    graph = import_graph()
+    assert back_arrows(graph) == BACK_ARROWS and len(BACK_ARROWS) <= 4
+    drawn = {"perfgrid.kit.a": {"perfgrid.measure.b"}, "perfgrid.measure.b": set(),
+             "perfgrid.pipeline.c": {"perfgrid.kit.a"}}
+    assert back_arrows(drawn) == {("perfgrid.kit.a", "perfgrid.measure.b")}
+
+
+def test_measurement_never_imports_the_analysis_what_publishes_it_the_config_or_the_pipeline():
+    """The kit reaches only the kit; a workload only the kit and the registry; the harness
+    none of analyse/, publish/ or pipeline/ (the config's settings among them), by way of no
+    module, and the design only through :data:`DESIGN_MODEL`."""
+    graph = import_graph()
+    for module in graph:
+        where = layer(module)
+        if where not in MEASUREMENT:
+            continue
+        reached = reaches(graph, module) - FOLDERS  # a folder's __init__ runs nothing
+        ran = {layer(t) for t in reached - DESIGN_MODEL} - {None}
+        assert ran <= set(MEASUREMENT[:MEASUREMENT.index(where) + 1]), (module, ran)
+        design = {t for t in reached if layer(t) == "design"}
+        assert design <= (DESIGN_MODEL if where == "measure" else set()), (module, design)
+    for model in DESIGN_MODEL:  # the model's own imports: the registry and the kit
+        ran = {layer(t) for t in reaches(graph, model) - FOLDERS} - {None}
+        assert ran <= {"kit", "experiments"}, (model, ran)
+    assert "perfgrid.design.model" in graph["perfgrid.measure.block"]
+    assert "perfgrid.design.model" in graph["perfgrid.measure.noiseprofile"]
 
 
 def benchmark_code(name: str) -> dict[str, list[str]]:
@@ -139,18 +211,20 @@ def benchmark_code(name: str) -> dict[str, list[str]]:
         return [Path(p).relative_to(SRC).as_posix() for p in paths]
 
     return {"sweep": relative(jobs.workload(experiments.get(name), str(SRC))),
-            "block": relative(code_inputs(str(SRC), "perfgrid.block"))}
+            "block": relative(code_inputs(str(SRC), "perfgrid.measure.block"))}
 
 
 def test_no_benchmark_job_runs_the_statistics_the_analysis_or_the_pipeline():
+    allowed = {"__init__.py", *(f"{f.split('.')[1]}/__init__.py" for f in FOLDERS),
+               *(module_names()[m].relative_to(SRC).as_posix() for m in DESIGN_MODEL)}
     for name in experiments.available():
         code = benchmark_code(name)
-        assert "bench.py" in code["sweep"] and "block.py" in code["block"]
+        assert "measure/bench.py" in code["sweep"] and "measure/block.py" in code["block"]
         for job, files in code.items():
-            ran = {part for f in files if f.endswith(".py")
-                   for part in Path(f).with_suffix("").parts}
-            assert not ran & set(NOT_MEASUREMENT), (name, job, sorted(ran & set(NOT_MEASUREMENT)))
-    assert "interval.py" in benchmark_code("file_read")["sweep"]  # the interval core alone
+            other = [f for f in files if f.endswith(".py") and f not in allowed
+                     and (f.split("/")[0] not in MEASUREMENT or f.endswith("/analysis.py"))]
+            assert other == [], (name, job, other)
+    assert "kit/interval.py" in benchmark_code("file_read")["sweep"]  # the interval core alone
 
 
 def test_file_reads_benchmark_jobs_run_little_code():
@@ -162,7 +236,8 @@ def test_file_reads_benchmark_jobs_run_little_code():
 
 def test_shared_modules_reach_experiments_only_through_the_registry():
     names = experiments.available()
-    own = {name: (f"perfgrid.experiments.{name}", f"perfgrid.analysis.{name}") for name in names}
+    own = {name: (f"perfgrid.experiments.{name}", f"perfgrid.analyse.analysis.{name}")
+           for name in names}
 
     def owner(module: str) -> str | None:
         return next((name for name, roots in own.items()
@@ -172,18 +247,21 @@ def test_shared_modules_reach_experiments_only_through_the_registry():
                    for target in targets
                    if owner(target) is not None and owner(target) != owner(module))
     assert wrong == []
-    assert owner("perfgrid.experiments.http.load") == "http" and owner("perfgrid.bench") is None
+    assert owner("perfgrid.experiments.http.load") == "http"
+    assert owner("perfgrid.measure.bench") is None
 
 
 def test_what_the_snakefile_imports_leaves_scipy_out():
-    """Every dry run parses the Snakefile: scipy (perfgrid.stats) there was ~0.1 s of the
+    """Every dry run parses the Snakefile: scipy (perfgrid.analyse.stats) there was ~0.1 s of the
     up-to-date dry run's ~2.2 s."""
     common = (REPO / "workflow" / "rules" / "common.smk").read_text()
-    names = re.search(r"from perfgrid import \(([^)]*)\)", common).group(1).split(",")
-    code = "".join(f"import perfgrid.{name.strip()}\n" for name in names if name.strip())
+    code = "".join(f"import perfgrid{folder}.{name.strip()}\n"
+                   for folder, names in re.findall(r"^from perfgrid(\.\w+)? import (.*)$",
+                                                   common, re.M)
+                   for name in names.split(",") if name.strip())
     code += ("import sys\nfrom perfgrid import experiments\n"
              "[experiments.get(name) for name in experiments.available()]\n"
-             "assert 'perfgrid.noiseprofile' in sys.modules\n"
+             "assert 'perfgrid.design.plan' in sys.modules\n"
              "print(sorted(m for m in sys.modules if m.partition('.')[0] == 'scipy'))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
@@ -193,7 +271,7 @@ def test_what_the_snakefile_imports_leaves_scipy_out():
 def test_machine_json_names_the_tools_an_experiment_declares():
     """machine.json's tools: cc and perf, erl, then those experiments declare (file_read's
     dd and fio, http's ab, ...), in report order."""
-    from perfgrid import machine
+    from perfgrid.measure import machine
 
     declared = [key for name in experiments.available() for key in experiments.get(name).tools()]
     assert list(machine.tools()) == [*machine.TOOL_VERSION, "erl", *declared]
@@ -206,7 +284,7 @@ def test_machine_json_names_the_tools_an_experiment_declares():
 def test_machine_json_names_the_packages_experiments_declare_each_once():
     """machine.json's packages: perfgrid's own, then those experiments declare (uvloop, by
     timers, ring and http), from the registry's one list."""
-    from perfgrid import machine
+    from perfgrid.measure import machine
 
     users = [n for n in experiments.available() if "uvloop" in experiments.get(n).packages]
     assert {"timers", "ring", "http"} <= set(users)
@@ -234,14 +312,14 @@ ALLOWED = {
 }
 #: shared files that may use some such words, each for its reason
 EXEMPT = {
-    ("src/perfgrid/eventloops.py", "asyncio"): "the event loops module: one helper for the "
+    ("src/perfgrid/kit/eventloops.py", "asyncio"): "the event loops module: one helper for the "
     "loops that timers, ring and http offer as variants, named after the loops it makes",
-    ("src/perfgrid/eventloops.py", "uvloop"): "as asyncio",
-    ("src/perfgrid/pagecache.py", "cache"): "the page-cache helper (file_read's cache axis is "
+    ("src/perfgrid/kit/eventloops.py", "uvloop"): "as asyncio",
+    ("src/perfgrid/kit/pagecache.py", "cache"): "the page-cache helper (file_read's cache axis is "
     "its states): a helper any workload may use, kept outside file_read's package",
-    ("src/perfgrid/pagecache.py", "warm"): "as cache",
-    ("src/perfgrid/pagecache.py", "cold"): "as cache",
-    ("src/perfgrid/topology.py", "cache"): "sysfs's cpu*/cache folder (the L3 groups)",
+    ("src/perfgrid/kit/pagecache.py", "warm"): "as cache",
+    ("src/perfgrid/kit/pagecache.py", "cold"): "as cache",
+    ("src/perfgrid/kit/topology.py", "cache"): "sysfs's cpu*/cache folder (the L3 groups)",
     ("workflow/rules/common.smk", "gc"): "Python's gc module (gc.freeze), not timers' gc axis",
 }
 #: a word's characters: a word is found only where neither side continues it
@@ -367,15 +445,23 @@ def readme_layout() -> str:
 
 
 def test_readmes_layout_names_every_module_and_no_missing_one():
-    """Each module and package directly under src/perfgrid is named in README's Layout (its
-    own line, ``src/perfgrid/NAME``, or beside a module it serves), and each path the
-    Layout names exists."""
+    """Each folder of src/perfgrid has its line in README's Layout, ``src/perfgrid/FOLDER/``,
+    and each module and package in it a line below that (``  NAME``) or a mention beside
+    one; each path the Layout names exists."""
     layout = readme_layout()
-    names = sorted([p.name for p in SRC.glob("*.py") if p.name != "__init__.py"]
-                   + [f"{p.name}/" for p in SRC.iterdir() if (p / "__init__.py").is_file()])
-    assert len(names) > 40 and "interval.py" in names and "analysis/" in names
-    missing = [n for n in names if not re.search(rf"(?<![\w.]){re.escape(n)}", layout)]
-    assert not missing, f"README.md's Layout names no line for: {missing}"
+    sections = re.split(r"^(src/perfgrid/\w+/)", layout, flags=re.M)
+    under = dict(zip(sections[1::2], sections[2::2], strict=True))
+    missing = []
+    for folder in set(LAYERS) - {"experiments"}:
+        text = under.get(f"src/perfgrid/{folder}/", "")
+        names = [p.name for p in (SRC / folder).glob("*.py") if p.name != "__init__.py"]
+        names += [f"{p.name}/" for p in (SRC / folder).iterdir() if (p / "__init__.py").is_file()]
+        missing += [f"{folder}/{n}" for n in names
+                    if not re.search(rf"(?<![\w.]){re.escape(n)}", text)]
+        listed = re.findall(r"^  (\S+)", text, re.M)
+        missing += [f"{folder}/{n} (listed, not there)" for n in listed
+                    if not (SRC / folder / n).exists()]
+    assert "interval.py" in under["src/perfgrid/kit/"] and len(under) == len(LAYERS) + 1
+    assert not missing, f"README.md's Layout is wrong on: {missing}"
     listed = re.findall(r"^(src/perfgrid/\S+|workflow/\S+)", layout, re.M)
-    assert len(listed) > 40
     assert [p for p in listed if not (REPO / p).exists()] == []

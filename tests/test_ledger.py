@@ -9,10 +9,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from perfgrid import experiments, ledger
-from perfgrid.analysis import judged
-from perfgrid.report.claims import verdict_counts
-from perfgrid.stats import paired
+from perfgrid import experiments
+from perfgrid.analyse import ledger
+from perfgrid.analyse.analysis import judged
+from perfgrid.analyse.stats import paired
+from perfgrid.publish.report.claims import verdict_counts
 
 from helpers import fixed_tau
 

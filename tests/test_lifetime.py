@@ -22,7 +22,8 @@ from collections import Counter
 import psutil
 import pytest
 
-from perfgrid import jobs, lifetime
+from perfgrid.design import jobs
+from perfgrid.kit import lifetime
 
 from helpers import REPO, cpu_seconds, need, still_alive_after, wait_for
 
@@ -139,7 +140,7 @@ def test_launcher_reports_a_missing_program():
 
 def test_pyperf_worker_whose_manager_is_gone_does_not_measure(tmp_path):
     """A worker orphaned before its prctl exits instead of measuring without the lock."""
-    cmd = [sys.executable, "-m", "perfgrid.bench", "syscall", "--worker", "--parent",
+    cmd = [sys.executable, "-m", "perfgrid.measure.bench", "syscall", "--worker", "--parent",
            str(os.getppid()), "--point", "variant=python", "--point", "call=getuid",
            "--point", "binding=none", "--point", "workers=1", "--loops", "1", "--values", "1",
            "--warmups", "0", "--output", str(tmp_path / "w.json")]
@@ -150,7 +151,7 @@ def test_pyperf_worker_whose_manager_is_gone_does_not_measure(tmp_path):
 
 
 def test_pyperf_manager_passes_its_pid_to_workers():
-    from perfgrid import bench
+    from perfgrid.measure import bench
 
     cmd: list[str] = []
     bench._forward(cmd, type("Args", (), {"experiment": "x", "point": [], "option": []})())
@@ -202,7 +203,7 @@ def test_killed_job_takes_fio_with_it(tmp_path):
         import sys
         from pathlib import Path
         from perfgrid.experiments import file_read
-        from perfgrid import binding
+        from perfgrid.kit import binding
         data = Path(sys.argv[1]) / "f.bin"
         data.write_bytes(b"x" * (1 << 20))
         cmd = file_read.fio_command(str(data), 4096, 2, "none", binding.plan("none", 2))
@@ -234,7 +235,7 @@ def test_killed_job_takes_a_c_program_and_its_workers_with_it(tmp_path):
                                        str(binary)), check=True)
     seen = kill_job_and_check(f"""
         import os
-        from perfgrid import lifetime
+        from perfgrid.kit import lifetime
         from perfgrid.experiments import syscall
         CPU = min(os.sched_getaffinity(0))
         lifetime.run_json(syscall.native_command({str(binary)!r}, "getuid", 10**12,
@@ -246,7 +247,7 @@ def test_killed_job_takes_a_c_program_and_its_workers_with_it(tmp_path):
 def test_killed_job_takes_the_erlang_vm_with_it(tmp_path):
     need("erl")
     seen = kill_job_and_check("""
-        from perfgrid import erlang
+        from perfgrid.kit import erlang
         erlang.run(["erl", "-noshell", "-eval", "timer:sleep(120000), halt()."], 300)
         """, {"beam.smp": 1, "erl_child_setup": 1}, tmp_path)
     assert seen == ["beam.smp", "erl_child_setup"]
@@ -255,7 +256,7 @@ def test_killed_job_takes_the_erlang_vm_with_it(tmp_path):
 def test_killed_job_takes_http_server_workers_with_it(tmp_path):
     seen = kill_job_and_check("""
         import sys, time
-        from perfgrid import binding
+        from perfgrid.kit import binding
         from perfgrid.experiments.http.counter import init_database
         from perfgrid.experiments.http.supervisor import ServerGroup
         db = sys.argv[1] + "/c.sqlite"
@@ -270,7 +271,7 @@ def test_killed_job_takes_http_server_workers_with_it(tmp_path):
 def test_killed_manager_takes_its_pyperf_worker_with_it(tmp_path):
     """SIGKILL a pyperf manager while its worker measures: the worker goes too."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    cmd = [sys.executable, "-m", "perfgrid.bench", "syscall", "--point", "variant=python",
+    cmd = [sys.executable, "-m", "perfgrid.measure.bench", "syscall", "--point", "variant=python",
            "--point", "call=getuid", "--point", "binding=none", "--point", "workers=1",
            "--result", str(tmp_path / "out.json"), "--processes", "1", "--values", "50",
            "--warmups", "0", "--loops", "20000"]

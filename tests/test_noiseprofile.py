@@ -4,9 +4,11 @@ config that enables it, the report's table, and one short real run of the syscal
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
 import json
 import math
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -14,9 +16,13 @@ import pytest
 import yaml
 from scipy import stats as sps
 
-from perfgrid import cli, config_errors, noiseprofile, settings
-from perfgrid.paths import Layout
-from perfgrid.report import formatting, pages, run_facts
+from perfgrid.analyse import noisestats
+from perfgrid.design import plan
+from perfgrid.design.model import NoisePair, NoiseSide, Plan
+from perfgrid.kit.paths import Layout
+from perfgrid.measure import noiseprofile as measuring
+from perfgrid.pipeline import cli, config_errors, glue, noiseprofile, settings
+from perfgrid.publish.report import formatting, pages, run_facts
 
 from helpers import FULL, REPO, compile_native, need
 
@@ -41,13 +47,13 @@ def synthetic(blocks: int, shared: float = SHARED, seed: int = 1,
 def test_the_spreads_and_the_correlation_come_out_as_the_components_put_them_in():
     a, b = synthetic(4000)
     mean_var = SHARED**2 + PROCESS**2 + WITHIN**2 / VALUES  # of one process's mean
-    side = noiseprofile.side_stats(a, [1.0] * 4000, [0.1] * 4000, warmups=1)
+    side = noisestats.side_stats(a, [1.0] * 4000, [0.1] * 4000, warmups=1)
     assert side["within_cv"] == pytest.approx(WITHIN, rel=0.05)
     assert side["between_cv"] == pytest.approx(math.sqrt(mean_var), rel=0.05)
     assert side["between_component_cv"] == pytest.approx(math.hypot(SHARED, PROCESS), rel=0.05)
     assert side["process_mean_var"] == pytest.approx(
         side["within_var"] / VALUES + side["between_var"])  # Kalibera and Jones' S2^2
-    pair = noiseprofile.pair_stats(a, b)
+    pair = noisestats.pair_stats(a, b)
     assert pair["ratio"] == pytest.approx(2.0, rel=0.01)
     assert pair["correlation"] == pytest.approx(SHARED**2 / mean_var, abs=0.05)
     assert pair["paired_sd"] == pytest.approx(
@@ -58,7 +64,7 @@ def test_the_spreads_and_the_correlation_come_out_as_the_components_put_them_in(
 
 def test_without_a_shared_factor_pairing_gains_nothing():
     a, b = synthetic(4000, shared=0.0, seed=2)
-    pair = noiseprofile.pair_stats(a, b)
+    pair = noisestats.pair_stats(a, b)
     assert abs(pair["correlation"]) < 0.05
     assert pair["paired_sd"] == pytest.approx(pair["unpaired_sd"], rel=0.05)
 
@@ -67,7 +73,7 @@ def test_optimal_values_follow_kalibera_and_jones():
     """sqrt(c2 / c1 * T1^2 / T2^2): c1 a value's cost, c2 a process's beyond its values."""
     a, _ = synthetic(4000, seed=3)
     value_s, startup_s = 0.05, 0.8
-    side = noiseprofile.side_stats(a, [startup_s + (VALUES + 1) * value_s] * 4000,
+    side = noisestats.side_stats(a, [startup_s + (VALUES + 1) * value_s] * 4000,
                                    [value_s] * 4000, warmups=1)
     assert side["startup_seconds"] == pytest.approx(startup_s)
     truth = math.sqrt(startup_s / value_s * WITHIN**2 / (SHARED**2 + PROCESS**2))
@@ -78,14 +84,14 @@ def test_no_between_process_component_gives_no_optimal_count():
     """Processes whose values differ but whose means agree: T2^2 = -S1^2 / values < 0."""
     values = np.log([1.00, 1.02, 0.98, 1.01, 0.99])
     logs = np.array([values, values[::-1], np.roll(values, 2)])
-    side = noiseprofile.side_stats(logs, [1.0] * 3, [0.1] * 3, warmups=0)
+    side = noisestats.side_stats(logs, [1.0] * 3, [0.1] * 3, warmups=0)
     assert side["between_var"] < 0 and side["within_cv"] > 0
     assert side["optimal_values"] is None and side["between_component_cv"] == 0.0
 
 
 @pytest.mark.parametrize("sd", [0.002, 0.02, 0.05, 0.1, 0.3])
 def test_blocks_needed_is_the_least_count_whose_t_interval_is_within_5_percent(sd):
-    n = noiseprofile.blocks_needed(sd**2)
+    n = noisestats.blocks_needed(sd**2)
     h = math.log(1.05)
 
     def half(k: int) -> float:
@@ -96,12 +102,12 @@ def test_blocks_needed_is_the_least_count_whose_t_interval_is_within_5_percent(s
 
 
 def test_blocks_needed_known_value_and_edges():
-    assert noiseprofile.blocks_needed(0.05**2) == 7  # t(6) 2.447 * 0.05 / sqrt(7) = 4.6 %
-    assert noiseprofile.blocks_needed(0.0) == 2
-    assert noiseprofile.blocks_needed(float("nan")) is None
-    assert noiseprofile.blocks_needed(1e6) is None  # past MAX_BLOCKS
+    assert noisestats.blocks_needed(0.05**2) == 7  # t(6) 2.447 * 0.05 / sqrt(7) = 4.6 %
+    assert noisestats.blocks_needed(0.0) == 2
+    assert noisestats.blocks_needed(float("nan")) is None
+    assert noisestats.blocks_needed(1e6) is None  # past MAX_BLOCKS
     # Welch's degrees of freedom (up to two per block) never ask for more blocks
-    assert noiseprofile.blocks_needed(0.04, 2.0) <= noiseprofile.blocks_needed(0.04)
+    assert noisestats.blocks_needed(0.04, 2.0) <= noisestats.blocks_needed(0.04)
 
 
 def _record(block: int, rate_a: float, rate_b: float) -> dict:
@@ -111,13 +117,13 @@ def _record(block: int, rate_a: float, rate_b: float) -> dict:
             "b": {**side, "rates": [rate_b, rate_b * 1.02, rate_b * 0.98]}}
 
 
-def _pair() -> noiseprofile.Pair:
-    return noiseprofile.Pair("p", "claim", noiseprofile.Side("x", "syscall", {}, 1),
-                             noiseprofile.Side("y", "syscall", {}, 1))
+def _pair() -> NoisePair:
+    return NoisePair("p", "claim", NoiseSide("x", "syscall", {}, 1),
+                     NoiseSide("y", "syscall", {}, 1))
 
 
 def test_two_blocks_give_strict_json_and_no_correlation():
-    out = noiseprofile._finite(noiseprofile.summarise(
+    out = noisestats._finite(noisestats.summarise(
         _pair(), [_record(1, 100, 50), _record(2, 110, 52)], warmups=1))
     text = json.dumps(out, allow_nan=False)  # NaN or infinity would raise
     assert out["correlation"] is None and out["blocks"] == 2
@@ -125,7 +131,7 @@ def test_two_blocks_give_strict_json_and_no_correlation():
 
 
 def test_one_block_is_no_spread_and_says_so():
-    out = noiseprofile.summarise(_pair(), [_record(1, 100, 50)], warmups=1)
+    out = noisestats.summarise(_pair(), [_record(1, 100, 50)], warmups=1)
     assert "a spread needs two" in out["error"] and "a_stats" not in out
 
 
@@ -138,13 +144,11 @@ def test_blocks_measure_each_pair_back_to_back_in_drawn_orders(monkeypatch, tmp_
             raise RuntimeError("the harness exited 1: boom")
         return {"seconds": 1.0, "rates": [1.0, 1.0], "value_seconds": 0.1}
 
-    monkeypatch.setattr(noiseprofile, "measure", fake)
-    good = noiseprofile.Pair("good", "", noiseprofile.Side("a1", "e", {}, 1),
-                             noiseprofile.Side("b1", "e", {}, 1))
-    bad = noiseprofile.Pair("broken", "", noiseprofile.Side("a2", "e", {}, 1),
-                            noiseprofile.Side("bad", "e", {}, 1))
-    out, failed = noiseprofile.run_blocks([good, bad], 12, 2, 0, seed=7, folder=tmp_path,
-                                          log=io.StringIO())
+    monkeypatch.setattr(measuring, "measure", fake)
+    good = NoisePair("good", "", NoiseSide("a1", "e", {}, 1), NoiseSide("b1", "e", {}, 1))
+    bad = NoisePair("broken", "", NoiseSide("a2", "e", {}, 1), NoiseSide("bad", "e", {}, 1))
+    out, failed = measuring.run_blocks([good, bad], 12, 2, 0, seed=7, folder=tmp_path,
+                                       log=io.StringIO())
     assert len(out["good"]) == 12 and out["broken"] == []
     assert "boom" in failed["broken"]
     orders = {tuple(r["order"]) for r in out["good"]}
@@ -166,13 +170,15 @@ def test_the_plan_skips_pairs_outside_the_run_or_without_their_files(tmp_path):
     cfg = _config(tmp_path, experiments=["syscall", "file_read"],
                   testfile={"path": str(tmp_path / "absent.bin")})
     layout = Layout.for_host("nt", tmp_path / "results")
-    pairs, skipped = noiseprofile.plan(cfg, layout)
+    planned = plan.noise_pairs(cfg, layout)
+    pairs, skipped = noiseprofile.runnable(*planned, cfg, layout)
     assert pairs == []
     assert "no test file at" in skipped["file_read 1 MiB warm"]
     assert ("no native program at" in skipped["syscall getuid"]
             or "cc not found" in skipped["syscall getuid"])
     only = _config(tmp_path, experiments=["ring"])
-    _, skipped = noiseprofile.plan(only, layout)
+    pairs, skipped = plan.noise_pairs(only, layout)
+    assert pairs == {} and set(skipped) == {"file_read 1 MiB warm", "syscall getuid"}
     assert all("not among this run's experiments" in why for why in skipped.values())
 
 
@@ -183,17 +189,73 @@ def test_a_planned_side_gets_a_benchmark_jobs_options_and_command(tmp_path):
     program = tmp_path / "syscall"
     program.write_text("#!/bin/sh\n")
     program.chmod(0o755)
-    pairs, skipped = noiseprofile.plan(cfg, layout, {"syscall": str(program)})
+    pairs, skipped = noiseprofile.runnable(*plan.noise_pairs(cfg, layout), cfg, layout,
+                                           {"syscall": str(program)})
     assert "syscall getuid" not in skipped
     (pair,) = pairs
     assert (pair.a.label, pair.b.label) == ("python", "native")
-    assert pair.b.options == {"binary": str(program)} and pair.a.options == {}
-    words = pair.b.command(5, 1, tmp_path / "r.json")
-    assert words[1:4] == ["-m", "perfgrid.bench", "syscall"]
+    assert pair.b.words[-2:] == ("--option", f"binary={program}")
+    assert "--option" not in pair.a.words
+    words = measuring.command(pair.b, 5, 1, tmp_path / "r.json")
+    assert words[1:4] == ["-m", "perfgrid.measure.bench", "syscall"]
     assert " ".join(words).endswith(
         "--point variant=native --point call=getuid --point binding=single --point workers=1 "
         f"--option binary={program} --processes 1 --values 5 --warmups 1 --loops 5000 "
         f"--result {tmp_path / 'r.json'}")
+
+
+def test_the_plan_holds_the_pairs_with_a_benchmark_jobs_words_outside_its_design(tmp_path):
+    """plan.json's ``noise``: each side's words are those of the plan's benchmark job of its
+    point (its axes, then its options); read back as written; no part of the design digest."""
+    cfg = settings.validated(copy.deepcopy(FULL), check_disk=False)
+    layout = Layout.for_host("nt", tmp_path / "results")
+    built = plan.build(cfg, layout)
+    assert set(built.noise) | set(built.noise_skipped) == {"file_read 1 MiB warm",
+                                                           "syscall getuid"}
+    checked = 0
+    for pair in built.noise.values():
+        for side in (pair.a, pair.b):
+            job = next((j for j in built.jobs if j.experiment == side.experiment
+                        and j.point == side.point), None)
+            assert side.words[:2] == ("--point", f"{next(iter(side.point))}="
+                                                 f"{next(iter(side.point.values()))}")
+            if job is not None:
+                assert side.words[-len(job.options) or len(side.words):] == job.options
+                checked += 1
+    assert checked
+    data = built.to_json()
+    assert Plan.from_json(json.loads(json.dumps(data))) == built
+    without = {k: v for k, v in data.items() if k not in ("noise", "format")}
+    assert plan.design_digest(without) == plan.design_digest(data)
+    assert "noise" not in plan.DESIGN_FIELDS
+
+
+def test_the_rule_measures_the_plans_pairs_as_passed_not_pairs_planned_again(tmp_path):
+    """Rule noise_profile passes plan.json's noise entry (``--pairs``): the profile measures
+    and skips what it says, and its params digest follows that entry alone."""
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"host": "nt", "results": str(tmp_path / "results"),
+                                    "experiments": ["syscall"]}))
+    entry = {"pairs": {}, "skipped": {"made up": "the plan says so"}}
+    out = tmp_path / "noise.json"
+    cli.main(["noise", "--config", str(path), "--pairs", json.dumps(entry), "--blocks", "2",
+              "--out", str(out)])
+    data = json.loads(out.read_text())
+    assert data["pairs"] == {} and data["skipped"] == {"made up": "the plan says so"}
+
+    cfg = _config(tmp_path, experiments=["syscall"])
+    layout = Layout.for_host("nt", tmp_path / "results")
+    built = plan.build(cfg, layout)
+    params = glue.noise_params(built, {"host": "nt"})
+    assert json.loads(shlex.split(params["pairs"](None, None))[0])["skipped"] == {
+        "file_read 1 MiB warm": "file_read is not among this run's experiments"}
+    longer = plan.build({**cfg, "budget": {"minutes": 999}}, layout)
+    assert glue.noise_params(longer, {})["digest"] == params["digest"]
+    if built.noise:  # a side's words changed: the profile measures again
+        name, pair = next(iter(built.noise.items()))
+        moved = dataclasses.replace(pair, a=dataclasses.replace(pair.a, words=("--point",)))
+        other = dataclasses.replace(built, noise={**built.noise, name: moved})
+        assert glue.noise_params(other, {})["digest"] != params["digest"]
 
 
 # -- the config ------------------------------------------------------------------------------
@@ -259,10 +321,10 @@ def test_the_report_table_shows_each_pair_by_side_and_the_skipped_ones():
                 "a": {"seconds": 1.2, "value_seconds": 0.05, "rates": list(np.exp(a[i]))},
                 "b": {"seconds": 0.9, "value_seconds": 0.04, "rates": list(np.exp(b[i]))}}
                for i in range(50)]
-    pair = noiseprofile.summarise(_pair(), records, warmups=1)
-    profile = noiseprofile._finite({"blocks": 50, "values": VALUES, "warmups": 1,
-                                    "seconds": 61.0, "pairs": {"p": pair},
-                                    "skipped": {"q <b>": "no <i>test</i> file"}})
+    pair = noisestats.summarise(_pair(), records, warmups=1)
+    profile = noisestats._finite({"blocks": 50, "values": VALUES, "warmups": 1,
+                                  "seconds": 61.0, "pairs": {"p": pair},
+                                  "skipped": {"q <b>": "no <i>test</i> file"}})
     text, frame = run_facts.noise_table(profile)
     assert "50 blocks" in text and "5 values after 1 warm-up" in text
     row = frame.iloc[0]

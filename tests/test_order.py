@@ -1,6 +1,6 @@
 """The order benchmark jobs run in: no numeric axis lines up with time, and drift averages out.
 
-The plan (perfgrid.order) is what Snakemake follows: every benchmark job's
+The plan (perfgrid.design.order) is what Snakemake follows: every benchmark job's
 priority is its place in it (the pipeline test checks the recorded start
 order against the plan). Here the plan itself is checked on the whole
 config/quick.yaml grid, and a drifting machine is simulated on a toy
@@ -15,8 +15,11 @@ import yaml
 from scipy.special import ndtri
 from scipy.stats import spearmanr
 
-from perfgrid import configschema, experiments, order, planning, settings
-from perfgrid.paths import REPO
+from perfgrid import experiments
+from perfgrid.design import order, planning
+from perfgrid.design.model import Job
+from perfgrid.kit.paths import REPO
+from perfgrid.pipeline import configschema, settings
 
 #: the numeric axes of the grids (the issue names workers, block size, chains, concurrency)
 NUMERIC_AXES = ("workers", "block_size", "chains", "concurrency", "tasks", "total")
@@ -31,7 +34,7 @@ def quick_config(**order_keys) -> dict:
     return settings.effective(cfg, check_disk=False)
 
 
-def correlations(plan: list[order.Job]) -> dict[str, tuple[float, int]]:
+def correlations(plan: list[Job]) -> dict[str, tuple[float, int]]:
     """Axis -> (Spearman's rho between place in the plan and the axis value, jobs with it)."""
     out = {}
     for axis in NUMERIC_AXES:
@@ -101,7 +104,7 @@ def test_priorities_put_the_first_job_first_and_all_below_setup_jobs():
     axes = {e: experiments.get(e).axes for e in cfg["experiments"]}
     prio = order.priorities(plan, axes)
     ranked = sorted(prio, key=prio.get, reverse=True)
-    assert ranked == [job.key(axes[job.experiment]) for job in plan]
+    assert ranked == [job.key_on(axes[job.experiment]) for job in plan]
     assert max(prio.values()) < 0  # rules without a priority (builds, test file) have 0
 
 
@@ -112,7 +115,7 @@ DRIFT = 0.10
 
 def measured_effect(shuffle: bool, seed: int, rounds: int = 1) -> float:
     """Last level over first, minus one, when each job measures 1 + DRIFT * (its time)."""
-    jobs = [order.Job("toy", {"level": level}, r) for r in range(1, rounds + 1)
+    jobs = [Job("toy", {"level": level}, r) for r in range(1, rounds + 1)
             for level in range(LEVELS)]
     plan = order.planned(jobs, shuffle, seed)
     span = len(plan) - 1
@@ -142,9 +145,9 @@ def test_interleaved_rounds_keep_each_seeds_drift_effect_small():
 
 
 # -- rounds at some points only (measure.claims.rounds) ------------------------------------------
-def mixed_jobs(points: int = 60, with_rounds: int = 12, rounds: int = 3) -> list[order.Job]:
+def mixed_jobs(points: int = 60, with_rounds: int = 12, rounds: int = 3) -> list[Job]:
     """``points`` points of one axis; the first ``with_rounds`` measured in ``rounds`` jobs."""
-    return [order.Job("toy", {"level": p}, r) for r in range(1, rounds + 1)
+    return [Job("toy", {"level": p}, r) for r in range(1, rounds + 1)
             for p in range(points) if r == 1 or p < with_rounds]
 
 
@@ -173,9 +176,9 @@ def test_sorted_order_keeps_points_measured_once_in_the_first_phase():
 def test_imbalances_of_many_draws_match_spearmans_rho_of_each_draw():
     """The vectorised measure equals scipy's Spearman rho, axis by axis (ties included)."""
     rng = np.random.default_rng(7)
-    jobs = [order.Job("x", {"block": int(b), "workers": int(w), "name": "a"}, 1)
+    jobs = [Job("x", {"block": int(b), "workers": int(w), "name": "a"}, 1)
             for b, w in zip(rng.choice([1, 4, 16, 64], 40), rng.integers(1, 9, 40), strict=True)]
-    jobs.append(order.Job("x", {"other": 3}, 1))  # an axis only some jobs have: too few
+    jobs.append(Job("x", {"other": 3}, 1))  # an axis only some jobs have: too few
     axes = order.numeric_axes(jobs)
     assert set(axes) == {"block", "workers"}
     perms = np.array([rng.permutation(len(jobs)) for _ in range(16)])
@@ -192,10 +195,10 @@ def test_a_block_runs_back_to_back_inside_its_phase() -> None:
     """The claim points of one experiment in one round run consecutively, shuffled among
     themselves, the block at a shuffled place among the other jobs of its phase."""
     points = [{"workers": w, "binding": b} for w in (1, 2, 4, 8) for b in ("none", "single")]
-    jobs = [order.Job("x", p, r) for r in (1, 2, 3) for p in points if p["workers"] <= 2]
-    jobs += [order.Job("x", p, 1) for p in points if p["workers"] > 2]
+    jobs = [Job("x", p, r) for r in (1, 2, 3) for p in points if p["workers"] <= 2]
+    jobs += [Job("x", p, 1) for p in points if p["workers"] > 2]
 
-    def block(job: order.Job):
+    def block(job: Job):
         return ("x", job.round) if job.point["workers"] <= 2 else None
 
     plan = order.planned(jobs, True, 7, block=block)
@@ -214,11 +217,11 @@ def test_experiments_of_fewer_rounds_keep_their_blocks_and_span_the_run() -> Non
     the 3-round experiment's round r runs in one block (all its points back to back) in
     phases 1, 5 and 8, so its claims still pair within seconds and sample the whole run.
     (Before, each of its points started in a phase of its own: a block fell apart.)"""
-    jobs = [order.Job("a", {"workers": w}, r) for r in range(1, 9) for w in (1, 2)]
-    jobs += [order.Job("b", {"level": v}, r) for r in (1, 2, 3) for v in range(4)]
-    jobs += [order.Job("c", {"size": s}, 1) for s in range(40)]
+    jobs = [Job("a", {"workers": w}, r) for r in range(1, 9) for w in (1, 2)]
+    jobs += [Job("b", {"level": v}, r) for r in (1, 2, 3) for v in range(4)]
+    jobs += [Job("c", {"size": s}, 1) for s in range(40)]
 
-    def block(job: order.Job):
+    def block(job: Job):
         return None if job.experiment == "c" else (job.experiment, job.round)
 
     plan = order.planned(jobs, True, 11, block=block)
@@ -247,13 +250,13 @@ def test_a_blocks_groups_run_back_to_back_inside_it() -> None:
     """Inside a block, the jobs of one group (the points one claim compares) run
     consecutively, the groups in a shuffled order; without groups the plan is as before."""
     points = [{"variant": v, "workers": w} for v in ("a", "b", "c") for w in (1, 2, 4)]
-    jobs = [order.Job("x", p, r) for r in (1, 2, 3) for p in points]
-    jobs += [order.Job("y", {"size": s}, 1) for s in range(12)]
+    jobs = [Job("x", p, r) for r in (1, 2, 3) for p in points]
+    jobs += [Job("y", {"size": s}, 1) for s in range(12)]
 
-    def block(job: order.Job):
+    def block(job: Job):
         return ("x", job.round) if job.experiment == "x" else None
 
-    def group(job: order.Job):
+    def group(job: Job):
         return job.point["variant"] if job.point["variant"] != "c" else None
 
     plan = order.planned(jobs, True, 5, block=block, group=group)
@@ -299,7 +302,7 @@ def test_the_full_runs_claim_groups_put_a_claims_sides_seconds_apart() -> None:
 def test_draws_order_units_groups_and_jobs_uniformly() -> None:
     """Each drawn row keeps a unit's jobs, and a group's inside it, together, and every
     unit, group and job is equally likely to come first: the draws are sorts on random
-    keys (perfgrid.order._draws), and a key mixed up between levels would show here."""
+    keys (perfgrid.design.order._draws), and a key mixed up between levels would show here."""
     units = [[[0, 1, 2]], [[3]], [[4], [5, 6]]]  # a block, a job alone, a block of 2 groups
     rows = order._draws(units, 7, 6000, np.random.default_rng(3))
     assert rows.shape == (6000, 7)

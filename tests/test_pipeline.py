@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from perfgrid import experiments
-from perfgrid.analysis import VERDICTS
-from perfgrid.paths import Layout
-from perfgrid.report.claims import read_claims
+from perfgrid.analyse.analysis import VERDICTS
+from perfgrid.kit.paths import Layout
+from perfgrid.publish.report.claims import read_claims
 
 from helpers import CONFIG, SNAKEMAKE, edited, job_counts, run
 
@@ -187,12 +187,12 @@ def test_archive_round_trip(tree, tmp_path):
     import subprocess
     import tarfile
 
-    from perfgrid import archive
+    from perfgrid.publish import archive
 
     run(tree, "--cores", "1", "archive")
     (made,) = (tree / "results/archive").glob("perfgrid-tiny-*.tar.gz")
     assert archive.verify(made) == []
-    cli = subprocess.run([*SNAKEMAKE[:1], "-m", "perfgrid.cli", "verify", str(made)],
+    cli = subprocess.run([*SNAKEMAKE[:1], "-m", "perfgrid.pipeline.cli", "verify", str(made)],
                          capture_output=True, text=True)
     assert cli.returncode == 0 and "OK" in cli.stdout
 
@@ -206,7 +206,7 @@ def test_archive_round_trip(tree, tmp_path):
             dst.addfile(member, __import__("io").BytesIO(data) if data is not None else None)
     problems = archive.verify(tampered)
     assert problems == ["changed: results/tiny/tables/file_read.csv"]
-    cli = subprocess.run([*SNAKEMAKE[:1], "-m", "perfgrid.cli", "verify", str(tampered)],
+    cli = subprocess.run([*SNAKEMAKE[:1], "-m", "perfgrid.pipeline.cli", "verify", str(tampered)],
                          capture_output=True, text=True)
     assert cli.returncode == 1 and "changed" in cli.stdout
 
@@ -220,7 +220,7 @@ def test_archive_round_trip(tree, tmp_path):
 
     # and a comparison of the folder against the archive: identical, not significant
     out = tmp_path / "cmp"
-    cli = subprocess.run([*SNAKEMAKE[:1], "-m", "perfgrid.cli", "compare",
+    cli = subprocess.run([*SNAKEMAKE[:1], "-m", "perfgrid.pipeline.cli", "compare",
                           str(tree / "results/tiny"), str(made), "--out", str(out)],
                          capture_output=True, text=True)
     assert cli.returncode == 0, cli.stderr
@@ -241,7 +241,7 @@ def test_a_report_from_the_archive_alone_reproduces_the_claims(tree, tmp_path):
 
     from rocrate.rocrate import ROCrate
 
-    from perfgrid import archive
+    from perfgrid.publish import archive
 
     run(tree, "--cores", "1", "archive")
     (made,) = (tree / "results/archive").glob("perfgrid-tiny-*.tar.gz")
@@ -264,7 +264,7 @@ def test_a_report_from_the_archive_alone_reproduces_the_claims(tree, tmp_path):
         assert entity["sha256"] == hashlib.sha256(data).hexdigest(), entity.id
 
     fresh = tmp_path / "fresh"
-    done = subprocess.run([*SNAKEMAKE[:1], "-m", "perfgrid.cli", "report", str(made),
+    done = subprocess.run([*SNAKEMAKE[:1], "-m", "perfgrid.pipeline.cli", "report", str(made),
                            "-o", str(fresh)], cwd=tmp_path, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -292,7 +292,7 @@ def test_archive_never_extracts_outside_its_folder(tmp_path):
     import io
     import tarfile
 
-    from perfgrid import archive
+    from perfgrid.publish import archive
 
     evil = tmp_path / "evil.tar.gz"
     with tarfile.open(evil, "w:gz") as tar:
@@ -318,9 +318,9 @@ def test_a_a_run_reports_the_noise_floor(tree):
                                       "workers": [1]}}
     (tree / "aa.yaml").write_text(yaml.safe_dump(config))
     done = subprocess.run(
-        [*SNAKEMAKE[:1], "-m", "perfgrid.cli", "aa", "--configfile", "aa.yaml", "--label", "aa",
-         "--cores", "2", "--", "--until", "table"], cwd=tree, capture_output=True, text=True,
-        timeout=900)
+        [*SNAKEMAKE[:1], "-m", "perfgrid.pipeline.cli", "aa", "--configfile", "aa.yaml",
+         "--label", "aa", "--cores", "2", "--", "--until", "table"], cwd=tree,
+        capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "testable points" in done.stdout and "claims changed verdict" in done.stdout
     for side in ("a", "b"):

@@ -1,22 +1,28 @@
-"""The run's plan (perfgrid.plan), built from the shipped configs without Snakemake: every
+"""The run's plan (perfgrid.design.plan), built from the shipped configs without Snakemake: every
 job once and in one order, its command words, result and rule, the claim blocks as
-perfgrid.block reads them, and the rules' functions (perfgrid.glue) in step with it."""
+perfgrid.measure.block reads them, and the rules' functions (perfgrid.pipeline.glue) in
+step with it."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
 import json
+import re
 import shlex
 from pathlib import Path
 
 import pytest
 import yaml
 
-from perfgrid import block, experiments, glue, planning, progress, settings
-from perfgrid.config_errors import ConfigError
-from perfgrid.paths import Layout
-from perfgrid.plan import Plan, build, write
+from perfgrid import experiments
+from perfgrid.design import planning
+from perfgrid.design.plan import Plan, build, write
+from perfgrid.kit import formats
+from perfgrid.kit.paths import Layout
+from perfgrid.measure import block
+from perfgrid.pipeline import glue, progress, settings
+from perfgrid.pipeline.config_errors import ConfigError
 
 from helpers import REPO
 
@@ -99,15 +105,21 @@ def test_every_jobs_command_words_name_its_point_on_each_axis(planned):
         assert (("--round", str(job.round)) in pairs) == (plan.rounds[job.experiment] > 1)
 
 
-def test_a_blocks_plan_reads_back_from_plan_json_as_perfgrid_block_reads_it(planned):
+def test_a_blocks_plan_reads_back_from_plan_json_as_perfgrid_block_reads_it(planned,
+                                                                            tmp_path):
     _, _, plan = planned
-    data = json.loads(json.dumps(plan.to_json()))
+    written = tmp_path / "plan.json"
+    write(plan, written)
+    data = json.loads(written.read_text())
     assert data == plan.to_json()
+    assert Plan.from_json(data) == plan
     for name, members in plan.blocks.items():
-        read = block.from_plan(data, name)
-        assert read == plan.block_plan(name)
-        assert [p["result"] for p in read["points"]] == list(members.results)
-        assert read["round"] == members.round and read["experiment"] == members.experiment
+        read = block.from_args(name, str(written))
+        assert read == members == block.from_args(json.dumps(plan.block_plan(name)))
+        assert [job.result for job in read.jobs] == list(members.results)
+        assert {job.rule for job in read.jobs} == {name}
+        # the block's command line carries it as one word: under Linux's 128 KiB a word
+        assert len(shlex.quote(json.dumps(plan.block_plan(name), sort_keys=True))) < 131072
 
 
 def test_the_full_plan_has_blocks_and_a_budget_that_cuts_nothing():
@@ -150,8 +162,7 @@ def test_the_plan_is_a_function_of_the_config_and_its_blocks_digests_of_their_po
     assert build(cfg, layout).digest() == plan.digest()
 
     def digests(other: Plan) -> dict[frozenset, str]:
-        return {frozenset(b.results): glue.block_digest(other.block_plan(name))
-                for name, b in other.blocks.items()}
+        return {frozenset(b.results): glue.block_digest(b) for b in other.blocks.values()}
 
     reordered = build(config(*CONFIGS["full"], order={"seed": cfg["order"]["seed"] + 1}), layout)
     assert reordered.digest() != plan.digest()
@@ -219,9 +230,9 @@ def _sections(finished: float) -> list[dict]:
 @pytest.mark.parametrize("ended_after, marked", [(81, True), (79, False)])
 def test_the_report_marks_a_run_whose_benchmarks_ended_past_its_budget(tmp_path, ended_after,
                                                                         marked):
-    from perfgrid.atomic import write_json
-    from perfgrid.report import over_budget
-    from perfgrid.report.pages import _cut_words
+    from perfgrid.kit.atomic import write_json
+    from perfgrid.publish.report import over_budget
+    from perfgrid.publish.report.pages import _cut_words
 
     cfg = config(*CONFIGS["full"])
     layout = Layout(tmp_path / cfg["host"])
@@ -242,9 +253,9 @@ def test_the_report_marks_a_run_whose_benchmarks_ended_past_its_budget(tmp_path,
 def test_the_report_counts_the_rounds_an_earlier_perfgrid_let_go(tmp_path):
     """A result set of an earlier perfgrid, whose looks or clock let rounds go, each a note
     where its result would be: the report still says the run was cut."""
-    from perfgrid.atomic import write_json
-    from perfgrid.report import let_go
-    from perfgrid.report.pages import _cut_words
+    from perfgrid.kit.atomic import write_json
+    from perfgrid.publish.report import let_go
+    from perfgrid.publish.report.pages import _cut_words
 
     layout = Layout(tmp_path / "old")
     for round_ in (4, 5):
@@ -253,3 +264,57 @@ def test_the_report_counts_the_rounds_an_earlier_perfgrid_let_go(tmp_path):
     write_json(layout.raw_dir("spawn") / "variant=x" / "round=1.json", {"benchmarks": []})
     assert let_go(layout, "spawn") == 2 and let_go(layout, "timers") == 0
     assert _cut_words(2, None).startswith("THIS RUN WAS CUT: an earlier perfgrid let 2 point")
+    # resumed by this perfgrid, the set stays format 1 (its notes are still counted) ...
+    assert formats.for_run(layout.run_record, layout.raw_dir("")) == 1
+    write_json(layout.run_record, {"started": 1.0})  # an earlier perfgrid's run.json
+    assert formats.for_run(layout.run_record, layout.raw_dir("")) == 1
+    write_json(layout.run_record, {"started": 1.0, "format": 1})
+    assert let_go(layout, "spawn") == 2
+    # ... and a set this perfgrid began is format 2: its rounds are never looked at for notes
+    fresh = Layout(tmp_path / "new")
+    assert formats.for_run(fresh.run_record, fresh.raw_dir("")) == formats.FORMAT == 2
+    write_json(fresh.run_record, {"started": 1.0, "format": 2})
+    write_json(fresh.raw_dir("spawn") / "variant=x" / "round=4.json",
+               {"perfgrid_not_measured": {"look": "budget", "why": "", "blocks": 3}})
+    assert let_go(fresh, "spawn") == 0
+    assert formats.for_run(fresh.run_record, fresh.raw_dir("")) == 2
+
+
+@pytest.mark.parametrize("written, why", [
+    (3, "format: 3 is not a result format this perfgrid reads; allowed: 1 to 2"),
+    ("2", "format: '2' is not a result format this perfgrid reads; allowed: 1 to 2"),
+    (True, "format: True is not"),
+])
+def test_a_format_this_perfgrid_cannot_read_is_refused_naming_the_key(written, why):
+    with pytest.raises(ValueError, match=re.escape(why)):
+        formats.of({"format": written})
+    assert formats.of({}) == 1 and formats.of({"format": 2}) == 2
+
+
+def test_plan_json_says_its_format_and_an_earlier_plan_reads_without_noise_pairs(tmp_path):
+    cfg = config(*CONFIGS["full"])
+    layout = Layout(tmp_path / cfg["host"])
+    write(build(cfg, layout), layout.plan)
+    data = json.loads(layout.plan.read_text())
+    assert data["format"] == formats.FORMAT and data["noise"]["pairs"]
+    assert Plan.from_json(data).noise
+    earlier = {k: v for k, v in data.items() if k not in ("format", "noise")}
+    old = Plan.from_json(earlier)
+    assert old.noise == {} and old.jobs == Plan.from_json(data).jobs
+
+
+def test_a_block_runs_its_jobs_in_order_with_the_harness_words_and_stops_at_a_failure(
+        monkeypatch, capsys):
+    cfg = config(*CONFIGS["full"])
+    plan = build(cfg, Layout.for_host(cfg["host"], cfg["results"]))
+    members = next(iter(plan.blocks.values()))
+    ran = []
+    monkeypatch.setattr(block, "measure", lambda job: ran.append(job) or 0)
+    block.run(block.from_args(json.dumps(plan.block_plan(members.name))))
+    assert ran == list(members.jobs) and ran[0].args == [*ran[0].bench, *ran[0].options]
+    assert f"1/{len(ran)} {ran[0].point_key}" in capsys.readouterr().out
+    ran.clear()
+    monkeypatch.setattr(block, "measure", lambda job: ran.append(job) or 3)
+    with pytest.raises(SystemExit, match="exit status 3"):
+        block.run(members)
+    assert ran == [members.jobs[0]]

@@ -12,7 +12,8 @@ from scipy.special import expit, logit
 from scipy.stats import f
 from test_aa import claims_folder, row, t_row
 
-from perfgrid import cli, pooling
+from perfgrid.pipeline import cli
+from perfgrid.publish import pooling
 
 
 def runs_of(values: list[float], s: float = 0.03) -> list[pd.DataFrame]:

@@ -1,6 +1,6 @@
 import os
 
-from perfgrid.progress import eta_line
+from perfgrid.pipeline.progress import eta_line
 
 
 def _finished(path: str, mtime: float) -> None:
@@ -38,7 +38,7 @@ def test_with_a_time_budget_the_line_counts_down_to_it_and_says_when_it_is_past(
 
 
 def test_the_line_from_a_plan_counts_every_job_and_the_budget_from_the_runs_start():
-    from perfgrid.progress import from_plan
+    from perfgrid.pipeline.progress import from_plan
 
     plan = {"budget": {"minutes": 80}, "jobs": [{"result": "a"}, {"result": "b"}]}
     assert from_plan(plan, 100.0) == {"expected": ["a", "b"], "budget_end": 100.0 + 4800}

@@ -21,9 +21,12 @@ import yaml
 from test_archive import passes_the_validator
 from test_compare import rounds_folder
 
-from perfgrid import counters, experiments, jobs, ledger
-from perfgrid.paths import Layout
-from perfgrid.report.claims import read_claims
+from perfgrid import experiments
+from perfgrid.analyse import ledger
+from perfgrid.design import jobs
+from perfgrid.kit.paths import Layout
+from perfgrid.measure import counters
+from perfgrid.publish.report.claims import read_claims
 
 from helpers import CHROMIUM, CHROMIUM_ARGS, SNAKEMAKE, copy_workflow, job_counts, watched_page
 from synthetic import result_folder
@@ -38,8 +41,8 @@ QUICK = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "quick.
 HOST = QUICK["host"]
 #: roc-validator's offline HTTP cache of the crate's contexts (tests/test_archive.py)
 validator_cache = test_archive.validator_cache
-#: what a user types: ``perfgrid ...`` is this interpreter's perfgrid.cli
-PERFGRID = [sys.executable, "-m", "perfgrid.cli"]
+#: what a user types: ``perfgrid ...`` is this interpreter's perfgrid.pipeline.cli
+PERFGRID = [sys.executable, "-m", "perfgrid.pipeline.cli"]
 
 
 @pytest.fixture(scope="session")

@@ -18,9 +18,10 @@ import pandas as pd
 import pyperf
 import pytest
 
-from perfgrid import aggregate, analysis, bench, noise
+from perfgrid.analyse import aggregate, analysis
 from perfgrid.experiments import get
-from perfgrid.paths import REPO, Layout
+from perfgrid.kit.paths import REPO, Layout
+from perfgrid.measure import bench, noise
 
 from synthetic import row
 
@@ -132,7 +133,7 @@ def test_a_real_round_records_its_window_and_each_measurement(tmp_path):
     """The harness itself, with no room for other work (``--busy-share 0``): whatever this
     machine is doing, the result records what each measurement saw, consistently."""
     out = tmp_path / "syscall.json"
-    cmd = [sys.executable, "-m", "perfgrid.bench", "syscall", "--point", "variant=python",
+    cmd = [sys.executable, "-m", "perfgrid.measure.bench", "syscall", "--point", "variant=python",
            "--point", "call=getuid", "--point", "binding=none", "--point", "workers=1",
            "--busy-share", "0", "--result", str(out), "--processes", "1", "--values", "1",
            "--warmups", "0", "--loops", "200"]

@@ -1,5 +1,5 @@
-"""Readings that say how sure they are (perfgrid.readings), checked through the report's
-judging path (perfgrid.analysis.judged): the reading rule agrees with stats.decide,
+"""Readings that say how sure they are (perfgrid.analyse.readings), checked through the report's
+judging path (perfgrid.analyse.analysis.judged): the reading rule agrees with stats.decide,
 p_differ is calibrated, runs_needed means what it says, and a within-run spread
 moderated by earlier runs still covers."""
 
@@ -10,8 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from perfgrid import readings, stats
-from perfgrid.analysis import judged
+from perfgrid.analyse import readings, stats
+from perfgrid.analyse.analysis import judged
 
 from helpers import fixed_tau
 
@@ -50,7 +50,7 @@ def _earlier_prior(rng: np.random.Generator, sigma: float, spread: float = 0.0,
                    runs: int = 12) -> tuple[float, float]:
     """The within-run prior that ``runs`` earlier runs of 3 rounds tell (betweenrun's
     Smyth estimate), their own sigma varying by ``spread`` in ln sigma."""
-    from perfgrid import betweenrun
+    from perfgrid.analyse import betweenrun
 
     earlier = [np.std(sigma * np.exp(spread * rng.standard_normal())
                       * rng.standard_normal(3), ddof=1) / math.sqrt(3) for _ in range(runs)]
@@ -118,7 +118,7 @@ def test_runs_needed_grows_as_the_estimate_nears_the_threshold() -> None:
 @pytest.mark.parametrize("spread", [0.0, 0.25])
 def test_a_spread_moderated_by_earlier_runs_still_covers(monkeypatch, spread: float) -> None:
     """Runs whose own sigma varies (sd ``spread`` in ln sigma) around 0.05, 3 rounds each,
-    moderated toward the prior that earlier runs of the claim tell (perfgrid.betweenrun's
+    moderated toward the prior that earlier runs of the claim tell (perfgrid.analyse.betweenrun's
     Smyth estimate from 12 earlier runs): each run's interval covers its truth 93-97 %,
     and the noisiest tenth of runs at least 0.90 (reported)."""
     rng = np.random.default_rng(53)

@@ -6,6 +6,7 @@ need; config/config.yaml is the source of the defaults that config/README.md sta
 
 from __future__ import annotations
 
+import inspect
 import re
 import sys
 import tempfile
@@ -14,18 +15,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from perfgrid import (
-    analysis,
-    config_errors,
-    configschema,
-    experiments,
-    fixtures,
-    jobs,
-    planning,
-    settings,
-    testfile,
-)
-from perfgrid.paths import PACKAGE, Layout
+from perfgrid import experiments
+from perfgrid.analyse import analysis
+from perfgrid.design import jobs, planning
+from perfgrid.kit import testfile
+from perfgrid.kit.paths import PACKAGE, Layout
+from perfgrid.measure import fixtures
+from perfgrid.pipeline import config_errors, configschema, settings
 
 from helpers import snakemake, write_config
 
@@ -64,7 +60,7 @@ def test_an_experiment_is_one_package_of_the_same_files():
             [f"experiments/{name}/erlang/{exp.erlang_module}.erl"] if exp.erlang_module else [])
     assert [p.name for p in (PACKAGE / "native").iterdir()] == ["perfgrid.h"]
     assert [p.name for p in (PACKAGE / "erlang_src").iterdir()] == ["pg_util.erl"]
-    assert not [p for p in (PACKAGE / "analysis").glob("*.py")
+    assert not [p for p in (PACKAGE / "analyse" / "analysis").glob("*.py")
                 if p.stem in experiments.available()]
 
 
@@ -249,7 +245,7 @@ def test_a_fixtures_schema_file_is_its_section_after_the_shared_keys():
                                           *experiments.available()]
     for kind in fixtures.all_kinds():
         assert configschema.fragment_path(kind.name) == kind.schema_file
-        assert kind.schema_file.parent == PACKAGE
+        assert kind.schema_file.parent == Path(inspect.getfile(type(kind))).parent  # beside it
         section = yaml.safe_load(kind.schema_file.read_text())
         section.pop("$defs", None)
         assert schema["properties"][kind.name] == section

@@ -21,7 +21,8 @@ import pyperf
 import pytest
 import yaml
 
-from perfgrid import atomic, counters, noise
+from perfgrid.kit import atomic
+from perfgrid.measure import counters, noise
 
 from helpers import REPO, SNAKEMAKE, cpu_seconds, in_session, wait_for, write_config
 
@@ -242,7 +243,7 @@ def test_a_killed_benchmark_job_runs_once_more_and_the_run_completes(workdir):
     proc = start(workdir, "--cores", "2")
     with stopped_on_failure(proc):
         _, held = hold_a_benchmark_job(proc, workdir)  # so it cannot end before it is killed
-        held[0].kill()  # the job; what it started dies with it (perfgrid.lifetime)
+        held[0].kill()  # the job; what it started dies with it (perfgrid.kit.lifetime)
         resume(held)
         out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out[-3000:]

@@ -7,8 +7,8 @@ import math
 import pandas as pd
 import pytest
 
-from perfgrid import report
-from perfgrid.report import formatting, pages, quality, seeds
+from perfgrid.publish import report
+from perfgrid.publish.report import formatting, pages, quality, seeds
 
 CV = 0.05
 
@@ -143,7 +143,7 @@ def test_the_report_refuses_a_table_whose_rate_is_not_its_raw_values(tmp_path):
 def test_the_notes_and_tables_hooks_get_the_registrys_experiment(tmp_path, monkeypatch):
     """As ``claims()`` and ``plot()`` do: the report hands both the registry's Experiment."""
     from perfgrid import experiments
-    from perfgrid.analysis import module
+    from perfgrid.analyse.analysis import module
 
     root = _result_set(tmp_path, "h")
     analysis, seen = module("file_read"), []

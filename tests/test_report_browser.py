@@ -55,7 +55,7 @@ def test_report_renders_offline_with_every_image(tree):
 
 
 def cli(*args: str | Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "perfgrid.cli", *map(str, args)],
+    done = subprocess.run([sys.executable, "-m", "perfgrid.pipeline.cli", *map(str, args)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
 

@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from perfgrid import binding, settings
+from perfgrid.kit import binding
+from perfgrid.pipeline import settings
 
 from helpers import REPO, SNAKEMAKE, write_config
 

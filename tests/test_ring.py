@@ -18,12 +18,14 @@ import pandas as pd
 import psutil
 import pytest
 
-from perfgrid import binding, configschema, lifetime, planning, settings
+from perfgrid.design import planning
 from perfgrid.experiments import get
 from perfgrid.experiments import ring as ring_mod
 from perfgrid.experiments.ring import analysis
 from perfgrid.experiments.ring import rings as ring_rings
 from perfgrid.experiments.ring.usage import process_usage
+from perfgrid.kit import binding, lifetime
+from perfgrid.pipeline import configschema, settings
 
 from helpers import FULL, compile_native, gone
 from synthetic import LEVELS, expected_verdict, row, single
@@ -108,7 +110,7 @@ def test_pipe_ring_pins_members_and_reaps_them(bind, monkeypatch):
 def test_pipe_ring_members_die_with_a_killed_job():
     script = textwrap.dedent("""
         import sys, time
-        from perfgrid import binding
+        from perfgrid.kit import binding
         from perfgrid.experiments.ring.rings import PipeRing
         ring = PipeRing(binding.plan("none", 4))
         print(" ".join(map(str, ring.pids)), flush=True)
@@ -459,7 +461,7 @@ def test_an_erlang_round_with_no_tick_in_the_kernel_still_gives_an_interval():
 def test_a_process_of_no_cpu_seconds_is_not_counted_in_the_tick_counts():
     """A process with 0 CPU seconds has a NaN share (0/0): it adds no ticks, neither to
     the share's side nor to all; the others are counted. None when none is left."""
-    from perfgrid.analysis import tick_counts
+    from perfgrid.analyse.analysis import tick_counts
 
     busy = {"user_s": 0.6, "sys_s": 0.4, "sys_share": 0.4}
     idle = {"user_s": 0.0, "sys_s": 0.0, "sys_share": float("nan")}

@@ -1,4 +1,5 @@
-"""One run at a time on a result set, from whichever working directory (perfgrid.runlock)."""
+"""One run at a time on a result set, from whichever working directory
+(perfgrid.measure.runlock)."""
 
 from __future__ import annotations
 
@@ -12,15 +13,15 @@ import textwrap
 
 import pytest
 
-from perfgrid import runlock
-from perfgrid.paths import Layout
+from perfgrid.kit.paths import Layout
+from perfgrid.measure import runlock
 
 from helpers import snakemake, write_config
 
 #: holds the lock at argv[1], says so on stdout, then waits for stdin to close
 _HOLDER = textwrap.dedent("""
     import sys
-    from perfgrid import runlock
+    from perfgrid.measure import runlock
     runlock.acquire(sys.argv[1])
     print("held", flush=True)
     sys.stdin.read()

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from perfgrid import scaling
+from perfgrid.analyse import scaling
 
 from synthetic import row, single
 

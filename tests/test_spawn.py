@@ -17,12 +17,13 @@ import pandas as pd
 import psutil
 import pytest
 
-from perfgrid import binding, ledger
-from perfgrid.aggregate import rate_estimate
+from perfgrid.analyse import ledger
+from perfgrid.analyse.aggregate import rate_estimate
+from perfgrid.analyse.stats import band
 from perfgrid.experiments import get
 from perfgrid.experiments import spawn as spawn_mod
 from perfgrid.experiments.spawn import analysis, chains
-from perfgrid.stats import band
+from perfgrid.kit import binding
 
 from helpers import FULL, compile_native, cpu_seconds, needs, tagged, wait_for
 from synthetic import LEVELS, expected_verdict, named_claims, row, single
@@ -153,9 +154,9 @@ def test_native_program_refuses_bad_arguments(native_binary, args, needle):
 ])
 def test_killed_job_leaves_no_process(tmp_path, native_binary_or_none, variant, total, sig,
                                       started):
-    """Kill `python -m perfgrid.bench spawn` half way: no process it started survives."""
+    """Kill `python -m perfgrid.measure.bench spawn` half way: no process it started survives."""
     marker = f"perfgrid-test-{uuid.uuid4()}"
-    cmd = [sys.executable, "-m", "perfgrid.bench", "spawn", "--point", f"variant={variant}",
+    cmd = [sys.executable, "-m", "perfgrid.measure.bench", "spawn", "--point", f"variant={variant}",
            "--point", "binding=none", "--point", "chains=3", "--point", f"total={total}",
            "--result", str(tmp_path / "out.json"), "--processes", "1", "--values", "3",
            "--warmups", "0", "--loops", "1", "--inherit-environ", "PERFGRID_KILLTEST"]

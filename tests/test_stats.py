@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perfgrid import stats
+from perfgrid.analyse import stats
 
 TRUE_RATIO = 1.10
 
@@ -335,9 +335,10 @@ def test_rounds_to_settle_says_when_it_cannot_tell() -> None:
 
 
 def test_the_harness_computes_a_points_interval_as_the_table_does() -> None:
-    """perfgrid.bench stops a point on perfgrid.interval's rate, without this module: the
-    same value, interval, method and rounds as stats.rate's, with rounds or without."""
-    from perfgrid import interval
+    """perfgrid.measure.bench stops a point on perfgrid.kit.interval's rate, without this
+    module: the same value, interval, method and rounds as stats.rate's, with rounds or
+    without."""
+    from perfgrid.kit import interval
 
     processes = [[1.0, 1.02, 0.99], [0.97, 1.01, 1.0], [1.03, 1.05, 1.0], [0.95, 1.0, 0.98]]
     for rounds in (None, [1, 1, 2, 2], [1, 2, 3, 4]):
@@ -388,7 +389,7 @@ def test_a_best_of_chosen_on_first_blocks_names_only_the_chosen_row() -> None:
 def test_an_undecided_claim_says_how_many_rounds_would_settle_it() -> None:
     """The report's reason of an inconclusive claim names the rounds that would settle it
     at its spread; a decided claim's does not."""
-    from perfgrid.analysis import judged
+    from perfgrid.analyse.analysis import judged
 
     quantity = _same_spread(1.08, 0.15, 5)
     undecided = judged("toy", "hypothesis", "criterion", quantity, ">=", 1.0)

@@ -17,11 +17,14 @@ import pandas as pd
 import psutil
 import pytest
 
-from perfgrid import binding, counters, lifetime, planning, settings
-from perfgrid.aggregate import rate_estimate
+from perfgrid.analyse.aggregate import rate_estimate
+from perfgrid.design import planning
 from perfgrid.experiments import get
 from perfgrid.experiments import syscall as syscall_mod
 from perfgrid.experiments.syscall import analysis
+from perfgrid.kit import binding, lifetime
+from perfgrid.measure import counters
+from perfgrid.pipeline import settings
 
 from helpers import FULL, compile_native, cpu_seconds, full_config, need, tagged, wait_for
 from synthetic import LEVELS, expected_verdict, per_process, row, single
@@ -152,7 +155,7 @@ def test_native_case_tallies_calls_and_cpu(native_binary):
 def test_killed_job_leaves_no_worker(tmp_path):
     """SIGKILL the harness half way: every process it started goes with it."""
     marker = f"perfgrid-test-{uuid.uuid4()}"
-    cmd = [sys.executable, "-m", "perfgrid.bench", "syscall", "--point", "variant=python",
+    cmd = [sys.executable, "-m", "perfgrid.measure.bench", "syscall", "--point", "variant=python",
            "--point", "call=getuid", "--point", "binding=none", "--point", "workers=3",
            "--result", str(tmp_path / "out.json"), "--processes", "1", "--values", "50",
            "--warmups", "0", "--loops", "20000", "--inherit-environ", "PERFGRID_KILLTEST"]
@@ -564,7 +567,7 @@ def test_claims_of_judges_each_paired_claim_on_its_own_spread() -> None:
     """Each point measured in four rounds: every claim paired over them rests on its own
     t with 3 degrees of freedom, as the analysis alone judges it (no spread borrowed from
     the experiment's other claims), and carries its ledger entry."""
-    from perfgrid.analysis import claims_of
+    from perfgrid.analyse.analysis import claims_of
 
     rows = syscall_rows(cv=0.01)
     for r in rows:

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from perfgrid import testfile
+from perfgrid.kit import testfile
 
 
 @pytest.mark.parametrize("text, size", [

@@ -15,10 +15,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfgrid import configschema, planning, settings
+from perfgrid.design import planning
 from perfgrid.experiments import get
 from perfgrid.experiments import timers as timers_mod
 from perfgrid.experiments.timers import EXPERIMENT, SEED_SCALE, analysis
+from perfgrid.pipeline import configschema, settings
 
 from helpers import FULL, full_config
 from synthetic import LEVELS, expected_verdict, named_claims, row, single

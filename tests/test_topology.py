@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from perfgrid import binding, topology
+from perfgrid.kit import binding, topology
 
 import topology_trees
 
@@ -201,14 +201,15 @@ def test_this_machine_reads():
     assert topo.summary()["cores"] >= 1
 
 
-# -- the CPU limit of workers: auto (topology.cpu_limit; perfgrid.settings words its errors)
+# -- the CPU limit of workers: auto (topology.cpu_limit; perfgrid.pipeline.settings words its
+# errors)
 
 
 def test_the_cpu_limit_lives_beside_the_topology_and_settings_words_its_error(tmp_path):
     """topology.cpu_limit is the whole answer (tests/test_auto_workers.py checks it through
     settings); a bad variable is a ValueError here, the same message as a ConfigError
     there, and a long value is cut."""
-    from perfgrid import config_errors, settings
+    from perfgrid.pipeline import config_errors, settings
 
     proc, root = tmp_path / "cgroup", tmp_path / "fs"
     proc.write_text("0::/\n")

@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 from test_file_read import CLAIM_NAMES, FILE_READ_CLAIMS, file_read_rows
 
-from perfgrid import analysis, ledger
-from perfgrid.report.claims import write_claims
+from perfgrid.analyse import analysis, ledger
+from perfgrid.publish.report.claims import write_claims
 
 from synthetic import LEVELS
 from verdicts import judged, problems, verdict_from

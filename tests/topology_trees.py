@@ -1,6 +1,6 @@
 """The synthetic sysfs trees of tests/test_topology.py, written where a test asks.
 
-Each tree is shaped like /sys for the files perfgrid.topology reads, numbered as Linux
+Each tree is shaped like /sys for the files perfgrid.kit.topology reads, numbered as Linux
 numbers the real machine (SMT siblings of CPU i are i + cores on Intel and AMD alike):
 
 - vm2_nosmt: a 2-vCPU KVM guest without SMT (this project's machine): no node/ folder;

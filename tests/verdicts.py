@@ -1,6 +1,6 @@
 """A claims table judged again, apart from production: each row's rule against its ledger
 entry, and its verdict worked out anew from the row's own figures by the decision rule as
-README.md ("How to read a verdict") and ``perfgrid.stats.decide`` state it.
+README.md ("How to read a verdict") and ``perfgrid.analyse.stats.decide`` state it.
 
 Nothing of perfgrid's judging code is called here (no ``decide``, ``band`` or
 ``all_of``): a slip in either place shows as a disagreement.
@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from perfgrid import ledger
-from perfgrid.report.claims import read_claims
+from perfgrid.analyse import ledger
+from perfgrid.publish.report.claims import read_claims
 
 #: the one-sided operators: (the side the claim holds on, strict)
 ONE_SIDED = {">=": (">", False), ">": (">", True), "<=": ("<", False), "<": ("<", True)}

@@ -1,6 +1,6 @@
 # Targets outside `all`: `snakemake --cores 1 archive`, `snakemake --cores 1 compare`.
-from perfgrid.archive import archive_name
-from perfgrid.paths import every_table, side_tables_of
+from perfgrid.publish.archive import archive_name
+from perfgrid.kit.paths import every_table, side_tables_of
 
 ARCHIVE = f"{SETTINGS['results']}/archive/{archive_name(SETTINGS['host'])}.tar.gz"
 
@@ -19,7 +19,7 @@ rule archive:
     conda:
         CONDA_ENV
     shell:
-        "python -m perfgrid.cli archive {params.root:q} {output.archive:q} > {log:q} 2>&1"
+        "python -m perfgrid.pipeline.cli archive {params.root:q} {output.archive:q} > {log:q} 2>&1"
 
 
 rule compare:
@@ -38,5 +38,5 @@ rule compare:
     conda:
         CONDA_ENV
     shell:
-        "python -m perfgrid.cli summary {params.results:q} --out-md {output.md:q} "
+        "python -m perfgrid.pipeline.cli summary {params.results:q} --out-md {output.md:q} "
         "--out-html {output.html:q} > {log:q} 2>&1"

@@ -1,5 +1,5 @@
 # The benchmark jobs: each experiment's sweep rule, and a rule for each claim block of the
-# plan (perfgrid.plan, perfgrid.glue). A failed job runs once more (BENCH_RETRIES); on a
+# plan (perfgrid.design.plan, perfgrid.pipeline.glue). A failed job runs once more (BENCH_RETRIES); on a
 # cluster (profiles/slurm) each job gets a whole node with its threads as CPUs.
 
 for _experiment in experiments.available():
@@ -31,7 +31,7 @@ for _experiment in experiments.available():
         conda:
             CONDA_ENV
         shell:
-            "python -m perfgrid.bench {params.experiment} {params.bench} {params.options} "
+            "python -m perfgrid.measure.bench {params.experiment} {params.bench} {params.options} "
             "--result {output:q} > {log:q} 2>&1"
 
 
@@ -47,7 +47,7 @@ for _block in PLAN.blocks.values():
         log:
             LAYOUT.log(_block.experiment, f"{_block.name}.log"),
         params:
-            **glue.block_params(PLAN.block_plan(_block.name)),
+            **glue.block_params(PLAN, _block.name),
         # the threads of its experiment's rule, as --set-threads left them
         threads: getattr(rules, _block.experiment).rule.resources["_cores"]
         resources:
@@ -60,6 +60,6 @@ for _block in PLAN.blocks.values():
         conda:
             CONDA_ENV
         shell:
-            "python -m perfgrid.block {params.plan} > {log:q} 2>&1"
+            "python -m perfgrid.measure.block {params.plan} > {log:q} 2>&1"
 
     workflow.ruleorder(_block.name, _block.experiment)

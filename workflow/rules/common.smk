@@ -1,20 +1,22 @@
-# The config checked, the environment jobs run in, the run's plan (perfgrid.plan) and the
-# handlers; the rules' input and params functions are perfgrid.glue's. No rules.
+# The config checked, the environment jobs run in, the run's plan (perfgrid.design.plan) and the
+# handlers; the rules' input and params functions are perfgrid.pipeline.glue's. No rules.
 import gc
 import json
 import os
 import sys
 import time
 
-from perfgrid import (codeinputs, config_errors, experiments, fixtures, glue, jobs, plan,
-                      planning, settings)
-from perfgrid.paths import Layout
+from perfgrid import experiments
+from perfgrid.design import codeinputs, jobs, plan, planning
+from perfgrid.kit.paths import Layout
+from perfgrid.measure import fixtures
+from perfgrid.pipeline import config_errors, glue, settings
 
 # Snakemake's ~130,000 objects, kept all run: frozen, the cyclic collector scans them no
 # more while the workflow is parsed (about 0.5 s of an up-to-date dry run)
 gc.freeze()
 
-# the config checked (perfgrid.settings): one short message naming the key, before any job
+# the config checked (perfgrid.pipeline.settings): one short message naming the key, before any job
 try:
     # workers: auto counts the CPUs where the workflow is parsed; a cluster job parses it
     # again on its node, so the count goes with it (envvars) and every job sees one grid
@@ -56,14 +58,14 @@ NOISE_BLOCKS = SETTINGS["noise"]["profile"]["blocks"]
 
 def code(*roots):
     """A job's code inputs: the files of this tree's perfgrid (SRC) that ``roots``, the
-    modules it runs (``module`` or ``module:function``), import (perfgrid.codeinputs)."""
+    modules it runs (``module`` or ``module:function``), import (perfgrid.design.codeinputs)."""
     return codeinputs.code_inputs(SRC, *roots)
 
 
 onstart:
-    from perfgrid import noise, runlock
+    from perfgrid.measure import noise, runlock
 
-    # one run at a time on a result set (perfgrid.runlock); dry runs skip onstart
+    # one run at a time on a result set (perfgrid.measure.runlock); dry runs skip onstart
     try:
         runlock.acquire(LAYOUT.run_lock, sys.argv)
     except runlock.Held as err:
@@ -74,7 +76,7 @@ onstart:
 
 
 onsuccess:  # remove the fixtures' files this run generated at their default paths
-    from perfgrid import runlock
+    from perfgrid.measure import runlock
 
     for fixture in FIXTURES:
         fixture.remove_generated(LAYOUT.fixture_record(fixture.name), since=STARTED)
@@ -82,7 +84,7 @@ onsuccess:  # remove the fixtures' files this run generated at their default pat
 
 
 onerror:
-    from perfgrid import runlock
+    from perfgrid.measure import runlock
 
     runlock.release(LAYOUT.run_lock)
 

@@ -1,8 +1,9 @@
-# The noise profile, measured before the benchmarks (perfgrid.noiseprofile).
+# The noise profile, measured before the benchmarks: the plan's pairs (plan.json's noise),
+# run by perfgrid.pipeline.noiseprofile.
 
 rule noise_profile:
     input:
-        unpack(lambda w: glue.noise_inputs(SETTINGS, LAYOUT, SRC)),
+        unpack(lambda w: glue.noise_inputs(SETTINGS, LAYOUT, PLAN, SRC)),
     output:
         LAYOUT.noise_profile,
     log:
@@ -11,17 +12,19 @@ rule noise_profile:
         blocks=NOISE_BLOCKS,
         seed=SETTINGS["order"]["seed"],
         lock=LAYOUT.bench_lock,
-        # what its pairs run (a config edit elsewhere does not rerun it), and the config
-        **glue.noise_params(SETTINGS, LAYOUT, config),
+        # the plan's pairs and their words (a config edit elsewhere does not rerun it), and
+        # the config
+        **glue.noise_params(PLAN, config),
     threads: BENCH_THREADS
     resources:
         bench=1,
         slurm_extra="'--exclusive'",
         cpus_per_task=lambda wildcards, threads: threads,
-        **glue.noise_memory(SETTINGS),
+        **glue.noise_memory(SETTINGS, PLAN),
     priority: 1
     conda:
         CONDA_ENV
     shell:
-        "python -m perfgrid.cli noise --config-json {params.config} --blocks {params.blocks} "
+        "python -m perfgrid.pipeline.cli noise --config-json {params.config} --pairs {params.pairs} "
+        "--blocks {params.blocks} "
         "--seed {params.seed} --lock {params.lock:q} --out {output:q} > {log:q} 2>&1"

@@ -1,4 +1,4 @@
-# The programs benchmark jobs run besides Python, each built on its own (perfgrid.jobs).
+# The programs benchmark jobs run besides Python, each built on its own (perfgrid.design.jobs).
 NATIVE = jobs.native_sources()
 ERLANG = jobs.erlang_sources()
 

@@ -4,7 +4,7 @@
 rule table:
     input:
         results=lambda wildcards: runnable(wildcards.experiment),
-        code=lambda wildcards: code("perfgrid.cli:_table",
+        code=lambda wildcards: code("perfgrid.pipeline.cli:_table",
                                     f"perfgrid.experiments.{wildcards.experiment}"),
     output:
         table=report(
@@ -19,7 +19,7 @@ rule table:
     conda:
         CONDA_ENV
     shell:
-        "python -m perfgrid.cli table {wildcards.experiment} {output.table:q} "
+        "python -m perfgrid.pipeline.cli table {wildcards.experiment} {output.table:q} "
         "{input.results:q} > {log:q} 2>&1"
 
 
@@ -27,7 +27,7 @@ rule plots:
     input:
         table=LAYOUT.table("{experiment}"),
         sides=LAYOUT.side_tables("{experiment}"),
-        code=lambda wildcards: code("perfgrid.cli:_plots",
+        code=lambda wildcards: code("perfgrid.pipeline.cli:_plots",
                                     f"perfgrid.experiments.{wildcards.experiment}.analysis"),
     output:
         figures=report(
@@ -42,7 +42,7 @@ rule plots:
     conda:
         CONDA_ENV
     shell:
-        "python -m perfgrid.cli plots {wildcards.experiment} {input.table:q} {output.figures:q} "
+        "python -m perfgrid.pipeline.cli plots {wildcards.experiment} {input.table:q} {output.figures:q} "
         "> {log:q} 2>&1"
 
 
@@ -54,7 +54,7 @@ rule report:
         skipped=LAYOUT.skipped,
         used_config=LAYOUT.used_config,
         noise=[LAYOUT.noise_profile] if NOISE_BLOCKS else [],
-        code=code("perfgrid.cli:_report",
+        code=code("perfgrid.pipeline.cli:_report",
                   *(f"perfgrid.experiments.{e}.analysis" for e in SETTINGS["experiments"])),
     output:
         html=report(LAYOUT.report_html, caption="../report/report.rst", category="report"),
@@ -73,7 +73,7 @@ rule report:
     conda:
         CONDA_ENV
     shell:
-        "python -m perfgrid.cli report --root {params.root:q} "
+        "python -m perfgrid.pipeline.cli report --root {params.root:q} "
         "--experiments {params.experiments:q} --cv-threshold {params.noise[cv_threshold]} "
         "{params.fixture_facts} "
         "--noise-profile {params.noise_profile:q} "

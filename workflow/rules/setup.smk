@@ -2,7 +2,7 @@
 
 
 rule plan:
-    # written again when the plan changes (its digest); no job takes it as input (perfgrid.glue)
+    # written again when the plan changes (its digest); no job takes it as input (perfgrid.pipeline.glue)
     output:
         plan=LAYOUT.plan,
     log:
@@ -23,7 +23,7 @@ rule machine:
     conda:
         CONDA_ENV
     shell:
-        "python -m perfgrid.cli machine {params.fixtures} {output:q} > {log:q} 2>&1"
+        "python -m perfgrid.pipeline.cli machine {params.fixtures} {output:q} > {log:q} 2>&1"
 
 
 rule used_config:
@@ -36,7 +36,7 @@ rule used_config:
     conda:
         CONDA_ENV
     shell:
-        "python -m perfgrid.cli used-config --config {params.config:q} {output:q} > {log:q} 2>&1"
+        "python -m perfgrid.pipeline.cli used-config --config {params.config:q} {output:q} > {log:q} 2>&1"
 
 
 rule skipped:
@@ -52,10 +52,10 @@ rule skipped:
     conda:
         CONDA_ENV
     shell:
-        "python -m perfgrid.cli skipped {input:q} {output:q} > {log:q} 2>&1"
+        "python -m perfgrid.pipeline.cli skipped {input:q} {output:q} > {log:q} 2>&1"
 
 
-# One rule per fixture (perfgrid.fixtures), named after it (rule testfile): the data file
+# One rule per fixture (perfgrid.measure.fixtures), named after it (rule testfile): the data file
 # is no declared output; the job writes the ready note the benchmarks wait for.
 for fixture in FIXTURES:
 
@@ -74,5 +74,5 @@ for fixture in FIXTURES:
         conda:
             CONDA_ENV
         shell:
-            f"python -m perfgrid.cli {fixture.name} {{params.args}} "
+            f"python -m perfgrid.pipeline.cli {fixture.name} {{params.args}} "
             "{params.record} -- {params.path:q} {output.ready:q} > {log:q} 2>&1"

@@ -3,8 +3,8 @@
 Every package here whose ``__init__.py`` defines ``EXPERIMENT`` (an :class:`Experiment`)
 is one, named after its package; the rest (``base``, helpers) are not. An experiment is
 the whole package: its workload (``__init__.py`` and the modules its jobs run), its
-``analysis.py`` (perfgrid.analysis.module), its config section's ``schema.yaml``
-(perfgrid.configschema) and its programs' sources (``native/``, ``erlang/``). Their
+``analysis.py`` (perfgrid.analyse.analysis.module), its config section's ``schema.yaml``
+(perfgrid.pipeline.configschema) and its programs' sources (``native/``, ``erlang/``). Their
 order, in the report and every list, is their ``report_position``. Adding an experiment
 is adding its package: no list here to edit.
 """

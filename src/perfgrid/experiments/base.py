@@ -16,18 +16,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from perfgrid.paths import PACKAGE
+from perfgrid.kit.paths import PACKAGE
 
 if TYPE_CHECKING:  # pandas stays out of the pyperf workers: it costs ~70 MB per fork
     import pandas as pd
 
-    from perfgrid.paths import Layout
+    from perfgrid.kit.paths import Layout
 
 Point = dict[str, Any]
 Metadata = dict[str, str | int | float]
 #: what runs a point: the Python port, the native baseline, or the seeds' own runtime
 RUNTIMES = ("python", "native", "erlang")
-#: in an experiment's package: its analysis module (perfgrid.analysis.module), the folders
+#: in an experiment's package: its analysis module (perfgrid.analyse.analysis.module), the folders
 #: of its C and Erlang sources, and its config section's JSON-schema fragment
 ANALYSIS_FILE = "analysis.py"
 NATIVE_FOLDER = "native"
@@ -38,7 +38,7 @@ SCHEMA_FILE = "schema.yaml"
 @dataclass(frozen=True)
 class NoisePair:
     """Two points a claim compares as the ratio ``A / B`` of their rates, measured by the
-    noise profile (perfgrid.noiseprofile) in fresh processes of ``loops`` loops a value."""
+    noise profile (perfgrid.pipeline.noiseprofile) in fresh processes of ``loops`` loops a value."""
 
     name: str
     claim: str
@@ -50,8 +50,8 @@ class NoisePair:
 @dataclass(frozen=True)
 class Tool:
     """An installed program an experiment's jobs run (besides the C compiler, perf and erl):
-    machine.json records its version (perfgrid.machine.tools) and the archive's crate
-    describes it (perfgrid.crate)."""
+    machine.json records its version (perfgrid.measure.machine.tools) and the archive's crate
+    describes it (perfgrid.publish.crate)."""
 
     #: why it cannot run here (a skip reason), or None
     missing: Callable[[], str | None]
@@ -111,19 +111,19 @@ class Experiment:
 
     #: regular expressions its axes' values must match as Snakemake wildcards (a closed
     #: set, as file_read's ``cache``); an axis left out takes ``\d+`` if it is an integer
-    #: axis, else ``[^/]+`` (perfgrid.glue.axis_constraints)
+    #: axis, else ``[^/]+`` (perfgrid.pipeline.glue.axis_constraints)
     axis_patterns: ClassVar[dict[str, str]] = {}
     #: its axes that every experiment's table has as a column, empty where the table's
     #: experiment has no such axis, each -> the common column it comes after
-    #: (perfgrid.aggregate.common_columns; file_read: block_size after variant)
+    #: (perfgrid.analyse.aggregate.common_columns; file_read: block_size after variant)
     common_columns: ClassVar[dict[str, str]] = {}
     #: Python packages its jobs import beyond perfgrid's own requirements, which may be
-    #: missing: machine.json records their versions (perfgrid.machine)
+    #: missing: machine.json records their versions (perfgrid.measure.machine)
     packages: ClassVar[tuple[str, ...]] = ()
 
     #: the fewest workers one of its points may have: ``workers: auto`` starts there
     min_workers: ClassVar[int] = 1
-    #: the fixtures its jobs read (perfgrid.fixtures, by name; file_read: ``testfile``):
+    #: the fixtures its jobs read (perfgrid.measure.fixtures, by name; file_read: ``testfile``):
     #: each is made (or the file already at its path checked) before its jobs, and the
     #: report states its facts
     fixtures: ClassVar[tuple[str, ...]] = ()
@@ -135,14 +135,14 @@ class Experiment:
     #: of values): they get the ``measure.claims`` repetitions, enough for an interval
     claim_points: ClassVar[tuple[dict[str, Any], ...]] = ()
     #: two points a claim compares, cheap to measure, whose ratio's noise the profile
-    #: measures before the benchmarks (perfgrid.noiseprofile); None: no pair
+    #: measures before the benchmarks (perfgrid.pipeline.noiseprofile); None: no pair
     noise_pair: ClassVar[NoisePair | None] = None
 
     def points(self, section: dict[str, Any], config: dict[str, Any]) -> list[Point]:
         """The grid points of this experiment for its (validated) config section."""
         raise NotImplementedError
 
-    #: the points ``measure.counters: claims`` counts (perfgrid.counters), as partial
+    #: the points ``measure.counters: claims`` counts (perfgrid.measure.counters), as partial
     #: points; None: the claim points
     counter_points: ClassVar[tuple[dict[str, Any], ...] | None] = None
 
@@ -165,7 +165,7 @@ class Experiment:
 
     def claim_group(self, point: Point) -> Hashable | None:
         """Which claim points of one round run back to back inside the experiment's block
-        (perfgrid.order): the points one claim compares, so its sides are measured
+        (perfgrid.design.order): the points one claim compares, so its sides are measured
         seconds apart and a paired ratio cancels more of the noise they share; None: a
         point shuffled alone through the block."""
         return None
@@ -199,13 +199,14 @@ class Experiment:
     def sources(self) -> list[str]:
         """The job's code, under ``src/perfgrid/``: every module of its package but
         ``analysis.py`` (editing the plots or claims reruns no job); what they import is
-        found by reading them (perfgrid.codeinputs)."""
+        found by reading them (perfgrid.design.codeinputs)."""
         return list(_module_files(type(self).__module__))
 
     def tools(self) -> dict[str, Tool]:
-        """Installed programs its jobs run beyond perfgrid.machine's ``TOOL_VERSION`` and
+        """Installed programs its jobs run beyond perfgrid.measure.machine's ``TOOL_VERSION`` and
         erl, by name (:class:`Tool`): machine.json records their versions
-        (perfgrid.machine.tools) and the crate describes them (perfgrid.crate), neither of
+        (perfgrid.measure.machine.tools) and the crate describes them (perfgrid.publish.crate),
+        neither of
         which names an experiment."""
         return {}
 
@@ -348,7 +349,7 @@ def version_line(program: str, args: tuple[str, ...] = ("--version",)) -> str:
     """The first line ``program args`` prints (stdout, else stderr), "unknown" if none."""
     import subprocess
 
-    from perfgrid import lifetime
+    from perfgrid.kit import lifetime
 
     proc = subprocess.run(lifetime.command([program, *args]), capture_output=True, text=True,
                           timeout=60, check=False)

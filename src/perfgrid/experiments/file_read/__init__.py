@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 from pyperf import perf_counter
 
-from perfgrid import binding, erlang, lifetime
 from perfgrid.experiments.base import (
     Case,
     Experiment,
@@ -32,10 +31,11 @@ from perfgrid.experiments.base import (
     missing_tool,
     version_line,
 )
-from perfgrid.pagecache import CACHES, CacheState
+from perfgrid.kit import binding, erlang, lifetime
+from perfgrid.kit.pagecache import CACHES, CacheState
 
 if TYPE_CHECKING:
-    from perfgrid.paths import Layout
+    from perfgrid.kit.paths import Layout
 
 SINGLE = ("read", "readinto", "readinto_unaligned", "dd", "erlang_read")
 PARALLEL = ("pread_parallel", "fio", "erlang_pread_parallel")
@@ -244,7 +244,7 @@ class FileRead(Experiment):
         PINNED_ERLANG_READ,
         {"variant": ["pread_parallel", "erlang_pread_parallel"], "cache": "warm"},
     )
-    #: counted (perfgrid.counters): the claim points, and the whole-file read whose page
+    #: counted (perfgrid.measure.counters): the claim points, and the whole-file read whose page
     #: faults the report's note explains
     counter_points = (*claim_points, {"variant": "whole", "cache": "warm"})
     #: the noise profile's pair: Python readinto and dd reading the warm file in 1 MiB blocks

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import seaborn as sns
 
-from perfgrid.analysis import (
+from perfgrid.analyse.analysis import (
     INTERVAL_BARS,
     Claim,
     best_ratio,
@@ -21,9 +21,9 @@ from perfgrid.analysis import (
     save,
     why,
 )
+from perfgrid.analyse.stats import Estimate
 from perfgrid.experiments.base import Experiment
 from perfgrid.experiments.file_read import MIB, PARALLEL, PINNED_ERLANG_READ, SINGLE
-from perfgrid.stats import Estimate
 
 GIB = 1 << 30
 _SOURCE = "seed E2 (001_6a977e1b539f3fbc.txt), 16-core machine, Erlang R15B03 +A 16, 1 GiB cached"

@@ -33,8 +33,6 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from perfgrid import binding, erlang
-from perfgrid.eventloops import uvloop_missing
 from perfgrid.experiments.base import Case, Experiment, Metadata, Point, Tool
 from perfgrid.experiments.http import load
 from perfgrid.experiments.http.counter import (
@@ -46,9 +44,11 @@ from perfgrid.experiments.http.counter import (
 from perfgrid.experiments.http.server import BACKLOG, somaxconn
 from perfgrid.experiments.http.server import SERVERS as PYTHON_SERVERS
 from perfgrid.experiments.http.supervisor import ServerGroup
+from perfgrid.kit import binding, erlang
+from perfgrid.kit.eventloops import uvloop_missing
 
 if TYPE_CHECKING:
-    from perfgrid.paths import Layout
+    from perfgrid.kit.paths import Layout
 
 SERVERS = (*PYTHON_SERVERS, "erlang")
 #: acceptor processes of the Erlang server waiting on the listening socket
@@ -60,7 +60,7 @@ KEEPALIVE = ("off", "on")
 LIST_KEYS = {"servers": "variant", "clients": "client", "keepalive": "keepalive",
              "bindings": "binding", "workers": "workers", "concurrency": "concurrency"}
 DEFAULT_TIMEOUT_S = 300.0
-#: requests of a counting pass (perfgrid.counters): counts per request settle within a
+#: requests of a counting pass (perfgrid.measure.counters): counts per request settle within a
 #: few thousand, and a 100,000-request load would cost another minute per point
 COUNT_REQUESTS = 5000
 
@@ -139,7 +139,7 @@ PYTHON_ROUNDS = 3
 
 class Http(Experiment):
     name = "http"
-    packages = ("uvloop",)  # its uvloop variant (perfgrid.eventloops)
+    packages = ("uvloop",)  # its uvloop variant (perfgrid.kit.eventloops)
     report_position = 60
     axes = ("variant", "client", "keepalive", "binding", "workers", "concurrency")
     int_axes = frozenset({"workers", "concurrency"})

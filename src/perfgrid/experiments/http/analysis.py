@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from perfgrid.analysis import (
+from perfgrid.analyse.analysis import (
     INTERVAL_BARS,
     Claim,
     across,
@@ -25,8 +25,8 @@ from perfgrid.analysis import (
     why,
     without_erlang,
 )
+from perfgrid.analyse.stats import Estimate, geometric_mean, reduce
 from perfgrid.experiments.base import Experiment
-from perfgrid.stats import Estimate, geometric_mean, reduce
 
 SOURCE = ("seed E5 a (004_cee54dc8e5b26200.txt), 2x quad Xeon E5450, R12B-5 vs R13A, "
           "4 vs 8 schedulers, ab -c up to 1000 -n 100000")
@@ -55,7 +55,7 @@ OPENLOOP_LATENCIES = {"p50_ms": "p50", "p90_ms": "p90", "p99_ms": "p99", "p99_9_
 def openloop_steps(table: pd.DataFrame) -> pd.DataFrame:
     """One row per step of every open-loop sweep (the ``openloop_steps`` records of its
     row: the table's ``records`` side table, or an older table's JSON)."""
-    from perfgrid.aggregate import listed
+    from perfgrid.analyse.aggregate import listed
 
     if table.empty or "openloop_steps" not in table:
         return pd.DataFrame()

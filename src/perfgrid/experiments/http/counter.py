@@ -7,7 +7,7 @@ cross-process write lock besides the event loop, like the seed's mnesia
 transaction.
 
 perfgrid resets the counter before every load, so it uses only a database it
-created itself, as it does the test file (:mod:`perfgrid.testfile`): one
+created itself, as it does the test file (:mod:`perfgrid.kit.testfile`): one
 with perfgrid's SQLite ``application_id`` whose sidecar JSON (``<path>.perfgrid.json``)
 records that very file (device and inode). Anything else at the path, a
 user's database, an empty file, a symlink, a pipe, a folder, is refused
@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from perfgrid.atomic import write_json
-from perfgrid.testfile import kind_of, link_new, read_json_sidecar
+from perfgrid.kit.atomic import write_json
+from perfgrid.kit.testfile import kind_of, link_new, read_json_sidecar
 
 #: how long a worker's SQLite waits for the shared write lock before a 503
 BUSY_TIMEOUT_MS = 5000

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from pyperf import perf_counter
 
-from perfgrid import lifetime
+from perfgrid.kit import lifetime
 
 HOST = "127.0.0.1"
 CLIENTS = ("ab", "builtin")

@@ -1,7 +1,7 @@
 """A group of http server workers sharing one port, started and stopped together.
 
 Workers never outlive the process that started them: each is started through
-:func:`perfgrid.lifetime.command`.
+:func:`perfgrid.kit.lifetime.command`.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any
 
 import psutil
 
-from perfgrid import lifetime
-from perfgrid.eventloops import uvloop_missing
 from perfgrid.experiments.http.server import HOST, SERVERS, share_port
+from perfgrid.kit import lifetime
+from perfgrid.kit.eventloops import uvloop_missing
 
 
 def reserve_port(port: int) -> socket.socket:

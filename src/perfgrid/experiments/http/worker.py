@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from perfgrid import binding
 from perfgrid.experiments.http.counter import Counter
 from perfgrid.experiments.http.server import SERVERS, listening_socket, serve
+from perfgrid.kit import binding
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 from pyperf import perf_counter
 
-from perfgrid import binding, erlang, lifetime
-from perfgrid.eventloops import uvloop_missing
 from perfgrid.experiments.base import Case, Experiment, Metadata, Point, missing_tool
 from perfgrid.experiments.ring.rings import PipeRing, TaskRings, ThreadRing
 from perfgrid.experiments.ring.usage import Usage, process_usage, self_usage
+from perfgrid.kit import binding, erlang, lifetime
+from perfgrid.kit.eventloops import uvloop_missing
 
 if TYPE_CHECKING:
-    from perfgrid.paths import Layout
+    from perfgrid.kit.paths import Layout
 
 #: rings of Erlang processes; ``workers`` is the VM's scheduler count
 ERLANG = ("erlang",)
@@ -70,7 +70,7 @@ class Tally:
 
 class Ring(Experiment):
     name = "ring"
-    packages = ("uvloop",)  # its uvloop variant (perfgrid.eventloops)
+    packages = ("uvloop",)  # its uvloop variant (perfgrid.kit.eventloops)
     report_position = 50
     axes = ("variant", "binding", "workers")
     int_axes = frozenset({"workers"})

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from perfgrid.analysis import (
+from perfgrid.analyse.analysis import (
     INTERVAL_BARS,
     Claim,
     across,
@@ -28,9 +28,7 @@ from perfgrid.analysis import (
     tick_counts,
     why,
 )
-from perfgrid.experiments.base import Experiment
-from perfgrid.experiments.ring import IN_LOOP, OS_RING
-from perfgrid.stats import (
+from perfgrid.analyse.stats import (
     Bounds,
     Estimate,
     Share,
@@ -39,6 +37,8 @@ from perfgrid.stats import (
     geometric_mean,
     reduce,
 )
+from perfgrid.experiments.base import Experiment
+from perfgrid.experiments.ring import IN_LOOP, OS_RING
 
 _SOURCE = ("seed E5 b (004_cee54dc8e5b26200.txt), 1000 rings of 100 Erlang processes, "
            "8 cores (2x quad Xeon E5450)")

@@ -17,8 +17,8 @@ import time
 import psutil
 from pyperf import perf_counter
 
-from perfgrid import binding
-from perfgrid.eventloops import loop_factory
+from perfgrid.kit import binding
+from perfgrid.kit.eventloops import loop_factory
 
 TOKEN = b"x"
 #: seconds a member process gets to exit after its ring is closed

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from pyperf import perf_counter
 
-from perfgrid import binding, erlang, lifetime
 from perfgrid.experiments.base import Case, Experiment, Metadata, Point, missing_tool
 from perfgrid.experiments.spawn.chains import (
     TRUE,
@@ -32,6 +31,7 @@ from perfgrid.experiments.spawn.chains import (
     ThreadChains,
     chain_lengths,
 )
+from perfgrid.kit import binding, erlang, lifetime
 
 if TYPE_CHECKING:  # pandas stays out of the workers that fork
     import pandas as pd

@@ -7,8 +7,8 @@ from pathlib import Path
 import pandas as pd
 import seaborn as sns
 
-from perfgrid import ledger
-from perfgrid.analysis import (
+from perfgrid.analyse import ledger
+from perfgrid.analyse.analysis import (
     INTERVAL_BARS,
     Claim,
     best_row,
@@ -23,8 +23,8 @@ from perfgrid.analysis import (
     why,
     without_erlang,
 )
+from perfgrid.analyse.stats import Estimate, band
 from perfgrid.experiments.base import Experiment
-from perfgrid.stats import Estimate, band
 
 #: what one CPU saves a chain: the scheduler's context switches and migrations per spawn
 SCHEDULING_COUNTERS = ("ctx_switches_per_unit", "migrations_per_unit", "task_clock_ns_per_unit")
@@ -129,8 +129,8 @@ def _any_rate(rows: pd.DataFrame) -> bool:
 def claims(table: pd.DataFrame, experiment: Experiment) -> list[Claim]:
     """A per-spawn syscall costs throughput; one CPU beats SMP for a chain; spawn cost.
 
-    Each compared figure is an :class:`~perfgrid.stats.Estimate` from the rows' raw values,
-    and each verdict comes from its 95 % interval (:func:`~perfgrid.analysis.judged`).
+    Each compared figure is an :class:`~perfgrid.analyse.stats.Estimate` from the rows' raw values,
+    and each verdict comes from its 95 % interval (:func:`~perfgrid.analyse.analysis.judged`).
     """
     out: list[Claim] = []
     name = experiment.name

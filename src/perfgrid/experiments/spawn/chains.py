@@ -21,7 +21,7 @@ from typing import Any
 
 from pyperf import perf_counter
 
-from perfgrid import lifetime
+from perfgrid.kit import lifetime
 
 TRUE = "/bin/true"
 SPAWN_ENV = {"PATH": "/usr/bin:/bin"}

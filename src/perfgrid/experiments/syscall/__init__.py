@@ -20,8 +20,8 @@ from typing import Any
 import psutil
 from pyperf import perf_counter
 
-from perfgrid import binding, lifetime
 from perfgrid.experiments.base import Case, Experiment, Metadata, NoisePair, Point, missing_tool
+from perfgrid.kit import binding, lifetime
 
 VARIANTS = ("python", "native", "erlang")
 #: why the erlang points are skipped: the seed patched its VM to expose getuid
@@ -278,7 +278,7 @@ class Syscall(Experiment):
     #: one native worker per call (the vDSO)
     claim_points = ({"call": "getuid", "binding": ["spread", "compact"]},
                     {"variant": "native", "workers": 1})
-    #: counted (perfgrid.counters): the claim points, and unbound getuid beside the bound
+    #: counted (perfgrid.measure.counters): the claim points, and unbound getuid beside the bound
     counter_points = (*claim_points, {"call": "getuid", "binding": "none"})
     #: the noise profile's pair: one Python and one C worker calling getuid on one CPU,
     #: 5000 loops of 100 calls a value (as config/config.yaml measures them)

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from perfgrid.analysis import (
+from perfgrid.analyse.analysis import (
     INTERVAL_BARS,
     TICKS_PER_S,
     Claim,
@@ -26,8 +26,7 @@ from perfgrid.analysis import (
     tick_counts,
     why,
 )
-from perfgrid.experiments.base import Experiment
-from perfgrid.stats import (
+from perfgrid.analyse.stats import (
     METHOD_BINOMIAL,
     Bounds,
     Counted,
@@ -37,6 +36,7 @@ from perfgrid.stats import (
     poisson_rate,
     reduce,
 )
+from perfgrid.experiments.base import Experiment
 
 _SOURCE = ("seed E3 (002_8ebf3a0e202d2726.txt), 8 cores (2x Xeon E5450 3.0 GHz), "
            "Erlang R13B02 patched to expose getuid, schedulers bound (+sct db)")

@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pyperf import perf_counter
 
-from perfgrid import binding, erlang
-from perfgrid.eventloops import loop_factory, uvloop_missing
 from perfgrid.experiments.base import Case, Experiment, Metadata, Point, matches_any
+from perfgrid.kit import binding, erlang
+from perfgrid.kit.eventloops import loop_factory, uvloop_missing
 
 if TYPE_CHECKING:
-    from perfgrid.paths import Layout
+    from perfgrid.kit.paths import Layout
 
 #: Erlang variant -> its scheduler count (None: one per allowed CPU)
 ERLANG = {"erlang": 1, "erlang_smp": None}
@@ -185,7 +185,7 @@ SEED_SCALE_ROUNDS = {("uvloop", "identical"): 3, ("erlang", "identical"): 4,
 
 class Timers(Experiment):
     name = "timers"
-    packages = ("uvloop",)  # its uvloop variant (perfgrid.eventloops)
+    packages = ("uvloop",)  # its uvloop variant (perfgrid.kit.eventloops)
     report_position = 40
     axes = ("variant", "seeding", "gc", "tasks", "rounds", "max_sleep")
     int_axes = frozenset({"tasks", "rounds"})
@@ -196,7 +196,7 @@ class Timers(Experiment):
     #: Other storms (plain asyncio at the seed's scale, where a config adds it) stay at one
     #: value
     claim_points = ({"tasks": CLAIM_TASKS, "max_sleep": 1.0}, SEED_SCALE_CLAIMED)
-    #: counted (perfgrid.counters): the 100,000-task sweep points, where a storm lasts
+    #: counted (perfgrid.measure.counters): the 100,000-task sweep points, where a storm lasts
     #: seconds; its claims compare gc on/off and uvloop/asyncio there
     counter_points = ({"tasks": CLAIM_TASKS, "rounds": 3, "max_sleep": 1.0},)
     work_unit = "timer events"

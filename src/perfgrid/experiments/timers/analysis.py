@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from perfgrid.analysis import (
+from perfgrid.analyse.analysis import (
     Claim,
     across,
     by_runtime,
@@ -21,9 +21,9 @@ from perfgrid.analysis import (
     why,
     without_erlang,
 )
+from perfgrid.analyse.stats import Estimate, Share, geometric_mean, reduce
 from perfgrid.experiments.base import Experiment
 from perfgrid.experiments.timers import CLAIM_TASKS, SEED_SCALE
-from perfgrid.stats import Estimate, Share, geometric_mean, reduce
 
 _SOURCE = "seed E4 (003_144b45fd69b1821c.txt), Erlang R13B, -smp disable (1 scheduler)"
 SEED_EVENTS = 5_000_000

@@ -1,0 +1,1 @@
+"""Results into estimates and verdicts: the statistics and the tables (README.md, Layout)."""

@@ -1,0 +1,1 @@
+"""What a workload may use: CPUs, processes, files, the interval core (README.md, Layout)."""
