@@ -14,14 +14,14 @@ judged from raw values measured in three rounds, exactly as a run's report judge
 A machine has one truth per claim; each run lands ``TAU`` away from it (host, day) and
 measures it in three rounds, with noise every point of a round shares (``SHARED``) and
 each point's own (``OWN``). Earlier runs of the machine are recorded (as ``perfgrid
-record`` would: estimate, se, df) and judge later runs through perfgrid.betweenrun: the
+record`` would: estimate, se, df) and judge later runs through perfgrid.analyse.betweenrun: the
 between-run component and the within-run prior (Smyth) come from them. Printed, each
 beside its target:
 
 - coverage of the machine's truth per structure, 93-97 %;
 - p_differ against how often a second run read differently, per bin, within 0.05, and
   per structure the readings that differed at most ``sum(p_differ) + 2 sqrt(sum)``;
-- runs pooled (perfgrid.pooling) for k = 2..6: coverage 93-97 %, and the median width
+- runs pooled (perfgrid.publish.pooling) for k = 2..6: coverage 93-97 %, and the median width
   narrowing as runs are added, under one run's from k = 4 on.
 
     python tests/calibration.py [--scale S] [--strict]
@@ -150,7 +150,7 @@ STRUCTURES = [
 
 def claim_of(structure: Structure, table: pd.DataFrame):
     """The structure's claim on ``table``, judged as a run's report judges it."""
-    from perfgrid import analysis
+    from perfgrid.analyse import analysis
 
     found = [c for c in analysis.claims_of(structure.experiment, table)
              if c.hypothesis == structure.hypothesis]
@@ -161,8 +161,8 @@ def claim_of(structure: Structure, table: pd.DataFrame):
 
 
 def record_rows(claims: list, runs: list[int]) -> pd.DataFrame:
-    """Claims of earlier runs as record rows (perfgrid.recording's columns)."""
-    from perfgrid import betweenrun
+    """Claims of earlier runs as record rows (perfgrid.publish.recording's columns)."""
+    from perfgrid.analyse import betweenrun
 
     rows = [{"run_id": f"sim{r}", "started": float(r), "date": "2026-12-06", "commit": "sim",
              "machine_kind": KIND, "boot_id": f"boot{r}", "design": DESIGN, "ledger": "",
@@ -177,11 +177,11 @@ def record_rows(claims: list, runs: list[int]) -> pd.DataFrame:
 
 class Machine:
     """One machine's truth for a structure, with ``EARLIER`` recorded runs of it: judges
-    later runs of it through its records (perfgrid.betweenrun)."""
+    later runs of it through its records (perfgrid.analyse.betweenrun)."""
 
     def __init__(self, structure: Structure, truth: float, rng: np.random.Generator,
                  folder: Path) -> None:
-        from perfgrid import betweenrun
+        from perfgrid.analyse import betweenrun
 
         self.structure, self.truth, self.rng = structure, truth, rng
         earlier = [claim_of(structure, structure.table(rng, truth, rng.normal(0, TAU)))
@@ -193,7 +193,7 @@ class Machine:
 
     def judge(self):
         """A later run of the machine: its claim, judged with the machine's records."""
-        from perfgrid import betweenrun
+        from perfgrid.analyse import betweenrun
 
         table = self.structure.table(self.rng, self.truth, self.rng.normal(0, TAU))
         with betweenrun.judging(self.run):
@@ -253,7 +253,7 @@ def calibration(structures: list[Structure], machines: int, pairs: int,
 def pooled(structure: Structure, machines: int, sets: int, rng: np.random.Generator,
            folder: Path) -> dict[int, tuple[float, float]]:
     """k -> (coverage of the machine's truth, median log width) of k runs pooled
-    (perfgrid.pooling), over ``sets`` sets of six later runs of each machine; k = 1: one
+    (perfgrid.publish.pooling), over ``sets`` sets of six later runs of each machine; k = 1: one
     run's own interval (its records' tau included)."""
     hits: dict[int, list[bool]] = {k: [] for k in range(1, 7)}
     widths: dict[int, list[float]] = {k: [] for k in range(1, 7)}
@@ -269,7 +269,7 @@ def _pool_set(machine: Machine, truth: float, hits: dict[int, list[bool]],
               widths: dict[int, list[float]]) -> None:
     """Six later runs of ``machine``: whether the first 1..6 of them, pooled, hold the
     truth, and how wide (log) their interval is."""
-    from perfgrid import pooling
+    from perfgrid.publish import pooling
 
     claims = [machine.judge() for _ in range(6)]  # no boot id: six host draws
     hits[1].append(claims[0].ci_low <= truth <= claims[0].ci_high)
@@ -329,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
             most = total + 2 * math.sqrt(total)
             report(f"{name}: readings that differed (sum p_differ {total:.1f})", count,
                    f"<= {most:.1f}", count <= most)
-        print("runs pooled (perfgrid.pooling), side-by-side ratio:")
+        print("runs pooled (perfgrid.publish.pooling), side-by-side ratio:")
         found = pooled(STRUCTURES[0], size(5), size(200), rng, folder)
         one = found[1][1]
         print(f"  one run: coverage {found[1][0]:.3f}, median width (log) {one:.3f}")

@@ -19,7 +19,7 @@ def test_the_calibration_runs_tiny_and_prints_every_figure(capsys) -> None:
 
 def test_a_recorded_machine_judges_later_runs_with_its_records(tmp_path) -> None:
     """A later run of a simulated machine takes its tau and prior from the machine's
-    recorded runs (perfgrid.betweenrun), as a run of a recorded kind and design does: a
+    recorded runs (perfgrid.analyse.betweenrun), as a run of a recorded kind and design does: a
     best-of's rows moderated by them."""
     import numpy as np
 

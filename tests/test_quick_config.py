@@ -469,7 +469,7 @@ def test_pool_counts_a_run_of_one_boot_once_and_pools_the_draws_as_it_says(quick
     interval is 10 % higher. Two draws, ``y`` and ``y + d`` (d = ln 1.1), of one within
     variance: the pooled value is the run's times sqrt(1.1), and its Hartung-Knapp
     interval ``mean -/+ t(0.975, 1 df) * d / 2``, each claim as the module doc says."""
-    from perfgrid import claimrow
+    from perfgrid.analyse import claimrow
 
     root = quick / "results" / HOST
     claims = pd.read_csv(root / "claims.csv", keep_default_na=False)

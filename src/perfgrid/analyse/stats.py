@@ -37,7 +37,7 @@ the truth in about a third of simulated draws). :func:`reduce` returns a
 :class:`Bounds` instead, whose interval is taken from the rows' own intervals
 at levels that hold for all K at once (Bonferroni): it covers whatever the
 rows, at the price of width where K is large. While a claim is judged with a prior for its
-within-run spread (its earlier runs: perfgrid.analysis.judged, :func:`rows_moderated`),
+within-run spread (its earlier runs: perfgrid.analyse.analysis.judged, :func:`rows_moderated`),
 each row's spread is moderated by it before those bounds are taken, so one row's lucky
 2-df spread no longer decides them.
 
@@ -451,7 +451,7 @@ _row_moderation: contextvars.ContextVar[Callable[[Estimate], Estimate] | None] =
 def rows_moderated(how: Callable[[Estimate], Estimate] | None) -> Iterator[None]:
     """Inside the block, the bounds of every reduction (:func:`reduce`) take each row as
     ``how`` gives it: a claim's within-run prior moderating the row's spread
-    (perfgrid.analysis.judged). A reduction's bounds are computed when read, from its rows,
+    (perfgrid.analyse.analysis.judged). A reduction's bounds are computed when read, from its rows,
     so the claim that judges it moderates them while they are still separate, though the
     experiment reduced them before it knew the claim; None changes nothing."""
     token = _row_moderation.set(how)
@@ -649,7 +649,7 @@ def disagreeing_rounds(quantity: Estimate | Bounds, alpha: float = DISAGREE_ALPH
     n = 3 have their 1 % critical values at the very top of their statistics' range). So
     there the spread comes from the claim's earlier runs, where they tell one
     (``earlier``: ``(s0^2, d0)``, the prior of the variance of the mean over the rounds,
-    perfgrid.betweenrun.smyth_prior, on the log scale): per round ``n s0^2``, on ``d0`` df.
+    perfgrid.analyse.betweenrun.smyth_prior, on the log scale): per round ``n s0^2``, on ``d0`` df.
     """
     inner = quantity
     while not isinstance(inner, Estimate) and getattr(inner, "inner", None) is not None:
