@@ -81,11 +81,6 @@ AT_THRESHOLD = 0.05
 LEFT_OUT = "left out of claims"
 
 
-def current_level() -> float:
-    """The level intervals take where none is given (:data:`LEVEL`)."""
-    return LEVEL
-
-
 @dataclass(frozen=True)
 class Estimate:
     """A positive quantity with log-scale bootstrap deviations and degrees of freedom.

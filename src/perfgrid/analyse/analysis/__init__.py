@@ -39,7 +39,6 @@ from perfgrid.analyse.stats import (
     Share,
     Widened,
     basis,
-    current_level,
     decide,
     disagreeing_rounds,
     equivalence_level,
@@ -177,7 +176,7 @@ def judged(experiment: str, hypothesis: str, criterion: str, quantity: Estimate,
             prior.s0_2 * to_log**2, prior.d0))
         if verdict == "inconclusive" and not tau > 0:
             reason += _settle_words(inner, threshold)
-        level = current_level()
+        level = LEVEL
         # the interval the verdict read: a chosen best-of's far end over all its rows
         bounds = safe_interval(quantity, level) or (math.nan, math.nan)
         near = safe_interval(quantity, equivalence_level(level)) or (math.nan, math.nan)
