@@ -54,7 +54,7 @@ def for_run(run_record: str | Path, raw_dir: str | Path) -> int:
 def may_hold_notes(run_record: str | Path) -> bool:
     """Whether the result set of run.json ``run_record`` may hold notes of rounds let go:
     only format 1 wrote them."""
-    return of_set(run_record) < 2
+    return of_set(run_record) == UNNAMED
 
 
 def not_measured(path: str | Path) -> dict[str, Any] | None:

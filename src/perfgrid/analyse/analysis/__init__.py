@@ -155,8 +155,7 @@ def judged(experiment: str, hypothesis: str, criterion: str, quantity: Estimate,
     found = betweenrun.component(experiment, runtime, hypothesis,
                                  betweenrun.quantity_of(unit, scale), scale)
     widen = quantity.inner if share else quantity
-    # on the log scale a share's logit-scale figures are (1 - p) times as large
-    to_log = (1 - widen.value) if share and 0 < widen.value < 1 else 1.0
+    to_log = _to_log(widen.value, share)
     prior = prior_of(widen, found)
     with rows_moderated(_row_moderation(found, share)):
         widen, moderated = moderate(widen, prior, found.runs, to_log)
@@ -176,12 +175,11 @@ def judged(experiment: str, hypothesis: str, criterion: str, quantity: Estimate,
             prior.s0_2 * to_log**2, prior.d0))
         if verdict == "inconclusive" and not tau > 0:
             reason += _settle_words(inner, threshold)
-        level = LEVEL
         # the interval the verdict read: a chosen best-of's far end over all its rows
-        bounds = safe_interval(quantity, level) or (math.nan, math.nan)
-        near = safe_interval(quantity, equivalence_level(level)) or (math.nan, math.nan)
+        bounds = safe_interval(quantity, LEVEL) or (math.nan, math.nan)
+        near = safe_interval(quantity, equivalence_level(LEVEL)) or (math.nan, math.nan)
         measured = quantity.show(spec, unit) + (f" {detail}" if detail else "")
-        words = basis(inner) + (f"; {level:.1%} interval" if level != LEVEL else "") + moderated
+        words = basis(inner) + moderated
         if found.tau > 0:
             words += f"; with a between-run sd of {found.tau:.1%} ({scale} scale)"
         se, df = within_se(inner, to_log)
@@ -191,7 +189,7 @@ def judged(experiment: str, hypothesis: str, criterion: str, quantity: Estimate,
                         f"{experiment}|{runtime}|{hypothesis}", prior)
         return Claim(experiment, hypothesis, criterion, measured, verdict, runtime,
                      f"{reason}; {note}" if note else reason, float(quantity.value),
-                     bounds[0], bounds[1], op, float(threshold), unit, why, words, level,
+                     bounds[0], bounds[1], op, float(threshold), unit, why, words, LEVEL,
                      "; ".join(sorted(points)), near[0], near[1], found.tau, scale=scale,
                      se=se, df=df, tau_from=found.words, **sure,
                      machine_kind=run.kind or "", design=run.design or "",
@@ -209,10 +207,16 @@ def _row_moderation(found: Any, share: bool) -> Any:
     def row(part: Estimate) -> Estimate:
         if part.se is None:  # a bootstrap over rounds: Student t on its calibrated spread
             part = dataclasses.replace(part, se=math.sqrt(part.var))
-        to_log = (1 - part.value) if share and 0 < part.value < 1 else 1.0
+        to_log = _to_log(part.value, share)
         return moderate(part, prior_of(part, found), found.runs, to_log)[0]
 
     return row
+
+
+def _to_log(value: float, share: bool) -> float:
+    """What turns a figure's logit-scale spread into its log-scale one: on the log scale a
+    share's logit-scale figures are (1 - p) times as large; 1 for anything else."""
+    return (1 - value) if share and 0 < value < 1 else 1.0
 
 
 def prior_of(quantity: Any, found: Any) -> Any:
