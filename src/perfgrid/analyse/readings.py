@@ -157,14 +157,73 @@ def _next_sides_moderated(sigma2: np.ndarray, prior: Prior, rng: np.random.Gener
     return q95 * se, q95 * se, q90 * se, q90 * se
 
 
+@dataclass(frozen=True)
+class Rows:
+    """A best (``reduction`` "max") or least ("min") of rows with simultaneous bounds
+    (perfgrid.analyse.stats.reduce), as its reading takes it: each row's estimate on the
+    claim's scale, its within-run se and df as the claim judged it (moderated), and the
+    prior that moderates the row (perfgrid.analyse.analysis.prior_of: its raw df), or None.
+
+    Its next run is not one estimate about this one: which row is best can change, and the
+    end that pays for every row (the near end of a best-of, at ``alpha / K``) moves with
+    every row's spread, each moderated or kept by the guard on its own."""
+
+    values: tuple[float, ...]
+    se: tuple[float, ...]
+    df: tuple[float, ...]
+    priors: tuple[Prior | None, ...]
+    reduction: str
+
+
+def _next_rows_reading(rows: Rows, tau: float, rule: Boundaries, draws: int,
+                       rng: np.random.Generator) -> np.ndarray:
+    """The next run's readings of a best or least of ``rows``: each row's truth unknown
+    (flat prior) and its true within-run variance as uncertain as its df leave it, the
+    next run's row about this run's with variance ``2 sigma^2``, all rows moved by one
+    between-run draw (``2 tau^2``), each row's spread drawn and moderated as this run's
+    was (the guard included), and the bounds taken as stats.reduce takes them."""
+    k = len(rows.values)
+    y, sd, df = (np.empty((k, draws)) for _ in range(3))
+    for i, (value, se, dfi, prior) in enumerate(
+            zip(rows.values, rows.se, rows.df, rows.priors, strict=True)):
+        finite = math.isfinite(dfi) and dfi > 0
+        sigma2 = se**2 * dfi / rng.chisquare(dfi, draws) if finite else np.full(draws, se**2)
+        y[i] = value + np.sqrt(2 * sigma2) * rng.standard_normal(draws)
+        if prior is not None:
+            var, df[i], _ = prior.moderated(sigma2 * rng.chisquare(prior.df, draws) / prior.df)
+        elif finite:
+            var, df[i] = sigma2 * rng.chisquare(dfi, draws) / dfi, dfi
+        else:
+            var, df[i] = sigma2, math.inf
+        sd[i] = np.sqrt(var)
+    y = y + math.sqrt(2) * tau * rng.standard_normal(draws)
+    best = rows.reduction == "max"
+    pick = np.max if best else np.min
+    value = pick(y, axis=0)
+    sides = []
+    for level in (0.95, 0.90):
+        plain = sps.t.ppf(0.5 + level / 2, df) * sd
+        strict = sps.t.ppf(1 - (1 - level) / (2 * k), df) * sd
+        low = pick(y - (strict if best else plain), axis=0)
+        high = pick(y + (plain if best else strict), axis=0)
+        sides += [_widen(value - low, tau, level), _widen(high - value, tau, level)]
+    lo95, hi95, lo90, hi90 = sides
+    return reading(value, lo95, hi95, lo90, hi90, rule)
+
+
 def p_differ(estimate: float, sides: Sides, rule: Boundaries, now: str,
-             key: str = "", draws: int = DRAWS, prior: Prior | None = None) -> float:
+             key: str = "", draws: int = DRAWS, prior: Prior | None = None,
+             rows: Rows | None = None) -> float:
     """The chance that another run reads differently from ``now`` (module docstring). With
     a ``prior`` (the claim's spread moderated by its earlier runs), the run's true spread
-    is as uncertain as the moderated df leave it, and the next run's is moderated too."""
+    is as uncertain as the moderated df leave it, and the next run's is moderated too. A
+    best or least of ``rows`` draws the next run's rows instead (:class:`Rows`)."""
     if not (math.isfinite(estimate) and sides.se > 0 and math.isfinite(sides.se)):
         return math.nan
     rng = np.random.default_rng(zlib.crc32(f"{key}|{estimate!r}".encode()))
+    if rows is not None:
+        found = _next_rows_reading(rows, sides.tau, rule, draws, rng)
+        return float(np.mean(found != READINGS.index(now)))
     if prior is not None:
         sigma2 = sides.se**2 * sides.df / rng.chisquare(sides.df, draws)
         y = estimate + np.sqrt(2 * (sigma2 + sides.tau**2)) * rng.standard_normal(draws)

@@ -345,6 +345,11 @@ class Bounds:
     #: within-run spread stands for the rows' (a claim's record, its prior; kept through
     #: scaling by a number, a share, a widening)
     row: Estimate | None = None
+    #: a best (or least) of rows' simultaneous bounds (:func:`reduce`): its rows and
+    #: ``"max"`` or ``"min"``, so a reading can draw the next run's rows
+    #: (perfgrid.analyse.readings.Rows); not kept through arithmetic
+    rows: tuple[Estimate | Bounds, ...] = ()
+    reduction: str = ""
 
     def __init__(self, value: float, bounds: Callable[[float], Interval | None],
                  method: str = METHOD_BOUNDS, reason: str = "", basis: str = "",
@@ -530,6 +535,7 @@ def reduce(parts: Sequence[Estimate | Bounds],
                                                f"(each row: {basis(parts[0])})", points=points)
     if name in ("max", "min"):
         simultaneous.row = parts[int(np.argmax(values) if name == "max" else np.argmin(values))]
+        simultaneous.rows, simultaneous.reduction = tuple(parts), name
     common = _common_blocks(parts)
     if name in ("max", "min") and k >= CHOOSE_FROM and common and len(common) >= 4:
         found = _chosen_on_first_blocks(parts, common, name)

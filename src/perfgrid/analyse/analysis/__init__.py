@@ -186,7 +186,8 @@ def judged(experiment: str, hypothesis: str, criterion: str, quantity: Estimate,
         run = betweenrun.current()
         sure = sureness(float(quantity.value), bounds, near, se, df, found.tau, op,
                         float(threshold), margin, scale, verdict,
-                        f"{experiment}|{runtime}|{hypothesis}", prior)
+                        f"{experiment}|{runtime}|{hypothesis}", prior,
+                        None if share else rows_of(inner, found))
         return Claim(experiment, hypothesis, criterion, measured, verdict, runtime,
                      f"{reason}; {note}" if note else reason, float(quantity.value),
                      bounds[0], bounds[1], op, float(threshold), unit, why, words, LEVEL,
@@ -211,6 +212,25 @@ def _row_moderation(found: Any, share: bool) -> Any:
         return moderate(part, prior_of(part, found), found.runs, to_log)[0]
 
     return row
+
+
+def rows_of(quantity: Any, found: Any) -> Any:
+    """A best or least of rows with simultaneous bounds (stats.reduce) as
+    perfgrid.analyse.readings.Rows: each row on the log scale as the claim judges it
+    (stats.row_now: moderated), with the prior that moderates it; None for anything else,
+    or where a row has no Student t interval over rounds (its next run is not drawn)."""
+    from perfgrid.analyse.readings import Rows
+
+    parts = getattr(quantity, "rows", ())
+    if not parts or getattr(quantity, "reduction", "") not in ("max", "min"):
+        return None
+    now = [row_now(p) for p in parts]
+    if not all(isinstance(p, Estimate) and p.se is not None and p.se > 0 and p.value > 0
+               and np.isfinite(p.df) and p.df > 0 for p in (*parts, *now)):
+        return None
+    return Rows(tuple(math.log(p.value) for p in now), tuple(float(p.se) for p in now),
+                tuple(float(p.df) for p in now), tuple(prior_of(p, found) for p in parts),
+                quantity.reduction)
 
 
 def _to_log(value: float, share: bool) -> float:
@@ -275,8 +295,10 @@ def within_se(quantity: Any, to_log: float = 1.0) -> tuple[float, float]:
 
 def sureness(value: float, bounds: tuple[float, float], near: tuple[float, float],
              se: float, df: float, tau: float, op: str, threshold: float, margin: float,
-             scale: str, verdict: str, key: str, prior: Any = None) -> dict[str, Any]:
-    """A reading's p_differ, near_boundary and runs_needed (perfgrid.analyse.readings)."""
+             scale: str, verdict: str, key: str, prior: Any = None,
+             rows: Any = None) -> dict[str, Any]:
+    """A reading's p_differ, near_boundary and runs_needed (perfgrid.analyse.readings); a
+    best or least of ``rows`` (:func:`rows_of`) draws its next run row by row."""
     from perfgrid.analyse import readings
 
     empty = {"p_differ": math.nan, "near_boundary": "", "runs_needed": math.nan}
@@ -291,7 +313,7 @@ def sureness(value: float, bounds: tuple[float, float], near: tuple[float, float
     estimate = to(value)
     rule = readings.boundaries(op, threshold, margin, scale)
     sides = readings.sides_of(estimate, bounds, near, se, df, tau, scale)
-    p = readings.p_differ(estimate, sides, rule, verdict, key, prior=prior)
+    p = readings.p_differ(estimate, sides, rule, verdict, key, prior=prior, rows=rows)
     runs = readings.runs_needed(estimate, se, tau, rule)
     return {"p_differ": p, "near_boundary": "yes" if p >= readings.NEAR else "",
             "runs_needed": float(runs) if runs is not None else math.nan}
