@@ -200,10 +200,12 @@ def _next_rows_reading(rows: Rows, tau: float, rule: Boundaries, draws: int,
     best = rows.reduction == "max"
     pick = np.max if best else np.min
     value = pick(y, axis=0)
+    dfs, at = np.unique(df, return_inverse=True)  # a few df: moderated, kept, a row's own
+    at = at.reshape(df.shape)
     sides = []
     for level in (0.95, 0.90):
-        plain = sps.t.ppf(0.5 + level / 2, df) * sd
-        strict = sps.t.ppf(1 - (1 - level) / (2 * k), df) * sd
+        plain = sps.t.ppf(0.5 + level / 2, dfs)[at] * sd
+        strict = sps.t.ppf(1 - (1 - level) / (2 * k), dfs)[at] * sd
         low = pick(y - (strict if best else plain), axis=0)
         high = pick(y + (plain if best else strict), axis=0)
         sides += [_widen(value - low, tau, level), _widen(high - value, tau, level)]
