@@ -347,7 +347,7 @@ class Bounds:
     row: Estimate | None = None
     #: a best (or least) of rows' simultaneous bounds (:func:`reduce`): its rows and
     #: ``"max"`` or ``"min"``, so a reading can draw the next run's rows
-    #: (perfgrid.analyse.readings.Rows); not kept through arithmetic
+    #: (perfgrid.analyse.readings.Rows); kept through scaling by a number, not otherwise
     rows: tuple[Estimate | Bounds, ...] = ()
     reduction: str = ""
 
@@ -393,6 +393,10 @@ class Bounds:
                                 lambda lv: _scale(self.interval(lv), k, sign),
                                 self.method, self.reason, self.basis, self.points)
             scaled.row = self.row  # a log-scale spread: the same times or over a number
+            if self.rows and k > 0:  # its rows alike; one over a best is a least of them
+                scaled.rows = tuple(k / r if flip else r * k ** sign for r in self.rows)
+                scaled.reduction = ({"max": "min", "min": "max"}[self.reduction] if flip
+                                    else self.reduction)
             return scaled
         a, b = (other, self) if flip else (self, other)
         value = a.value * b.value ** sign

@@ -228,9 +228,15 @@ def rows_of(quantity: Any, found: Any) -> Any:
     if not all(isinstance(p, Estimate) and p.se is not None and p.se > 0 and p.value > 0
                and np.isfinite(p.df) and p.df > 0 for p in (*parts, *now)):
         return None
-    return Rows(tuple(math.log(p.value) for p in now), tuple(float(p.se) for p in now),
-                tuple(float(p.df) for p in now), tuple(prior_of(p, found) for p in parts),
-                quantity.reduction)
+    priors = tuple(prior_of(p, found) for p in parts)
+    # each row's spread as its prior and its rounds tell it together (Smyth), the guard
+    # aside: the guard keeps a noisy row's own spread so that this run is not made sure,
+    # but the next run's row is as noisy as both say
+    spread = [(float(p.se) ** 2, float(p.df)) if prior is None else (
+        (prior.d0 * prior.s0_2 + prior.df * float(p.se) ** 2) / (prior.d0 + prior.df),
+        prior.d0 + prior.df) for p, prior in zip(parts, priors, strict=True)]
+    return Rows(tuple(math.log(p.value) for p in now), tuple(math.sqrt(v) for v, _ in spread),
+                tuple(df for _, df in spread), priors, quantity.reduction)
 
 
 def _to_log(value: float, share: bool) -> float:
