@@ -13,7 +13,13 @@ read differently; that is no defect, but an unannounced flip is. So each reading
   ``se sqrt(2)`` times Student's t), its own within-run variance ``sigma^2 chi2(df) / df``,
   its interval sides built as this run's were, and its reading
   taken by :func:`reading` (the same rule as stats.decide, every boundary, the TOST band
-  edges included). Monte Carlo, seeded by the claim, so a table repeats.
+  edges included). Monte Carlo, seeded by the claim, so a table repeats. A best (or
+  least) of rows with simultaneous bounds is not one estimate: the next run's best row
+  can change, and the end that pays for every row moves with every row's spread, each
+  moderated or kept by the guard on its own. So its next run draws each row
+  (:class:`Rows`: about this run's row, its spread as the prior and its rounds tell it)
+  and takes the bounds as stats.reduce does. Where truths are unevenly spread about a
+  boundary the flat prior is a guide, not a law (docs/methods.md has the figures).
 - ``runs_needed``: the fewest runs which, pooled with random effects (a Hartung-Knapp
   interval, t with runs - 1 df), decide the claim or read it at the threshold with 90 %
   power, were its truth this run's estimate; None past :data:`MAX_RUNS` (it sits on a
@@ -161,8 +167,9 @@ def _next_sides_moderated(sigma2: np.ndarray, prior: Prior, rng: np.random.Gener
 class Rows:
     """A best (``reduction`` "max") or least ("min") of rows with simultaneous bounds
     (perfgrid.analyse.stats.reduce), as its reading takes it: each row's estimate on the
-    claim's scale, its within-run se and df as the claim judged it (moderated), and the
-    prior that moderates the row (perfgrid.analyse.analysis.prior_of: its raw df), or None.
+    claim's scale, its within-run se and df as its prior and its rounds tell them together
+    (Smyth's moderated variance, the guard aside: perfgrid.analyse.analysis.rows_of), and
+    the prior that moderates the row (analysis.prior_of: its raw df), or None.
 
     Its next run is not one estimate about this one: which row is best can change, and the
     end that pays for every row (the near end of a best-of, at ``alpha / K``) moves with

@@ -206,27 +206,34 @@ def _row_moderation(found: Any, share: bool) -> Any:
         return None
 
     def row(part: Estimate) -> Estimate:
-        if part.se is None:  # a bootstrap over rounds: Student t on its calibrated spread
-            part = dataclasses.replace(part, se=math.sqrt(part.var))
+        part = _t_row(part)
         to_log = _to_log(part.value, share)
         return moderate(part, prior_of(part, found), found.runs, to_log)[0]
 
     return row
 
 
+def _t_row(part: Estimate) -> Estimate:
+    """A reduction's row with a Student t interval: a bootstrap over rounds takes its
+    calibrated spread as its se."""
+    if part.se is None:
+        return dataclasses.replace(part, se=math.sqrt(part.var))
+    return part
+
+
 def rows_of(quantity: Any, found: Any) -> Any:
     """A best or least of rows with simultaneous bounds (stats.reduce) as
-    perfgrid.analyse.readings.Rows: each row on the log scale as the claim judges it
-    (stats.row_now: moderated), with the prior that moderates it; None for anything else,
+    perfgrid.analyse.readings.Rows: each row's estimate on the log scale, its spread as its
+    prior and rounds tell it, the prior that moderates it; None for anything else,
     or where a row has no Student t interval over rounds (its next run is not drawn)."""
     from perfgrid.analyse.readings import Rows
 
     parts = getattr(quantity, "rows", ())
     if not parts or getattr(quantity, "reduction", "") not in ("max", "min"):
         return None
-    now = [row_now(p) for p in parts]
+    parts = [_t_row(p) if isinstance(p, Estimate) and p.has_interval else p for p in parts]
     if not all(isinstance(p, Estimate) and p.se is not None and p.se > 0 and p.value > 0
-               and np.isfinite(p.df) and p.df > 0 for p in (*parts, *now)):
+               and np.isfinite(p.df) and p.df > 0 for p in parts):
         return None
     priors = tuple(prior_of(p, found) for p in parts)
     # each row's spread as its prior and its rounds tell it together (Smyth), the guard
@@ -235,7 +242,7 @@ def rows_of(quantity: Any, found: Any) -> Any:
     spread = [(float(p.se) ** 2, float(p.df)) if prior is None else (
         (prior.d0 * prior.s0_2 + prior.df * float(p.se) ** 2) / (prior.d0 + prior.df),
         prior.d0 + prior.df) for p, prior in zip(parts, priors, strict=True)]
-    return Rows(tuple(math.log(p.value) for p in now), tuple(math.sqrt(v) for v, _ in spread),
+    return Rows(tuple(math.log(p.value) for p in parts), tuple(math.sqrt(v) for v, _ in spread),
                 tuple(df for _, df in spread), priors, quantity.reduction)
 
 
