@@ -510,7 +510,8 @@ def reduce(parts: Sequence[Estimate | Bounds],
 
     The bounds are taken from the rows when read, each row as :func:`row_now` gives it
     (moderated while a claim with a within-run prior judges it); a best or least keeps its
-    row (:attr:`Bounds.row`), whose spread a claim's record holds.
+    row (:attr:`Bounds.row`), whose spread a claim's record holds, and all its rows
+    (:attr:`Bounds.rows`), which a reading draws anew (perfgrid.analyse.readings.Rows).
     """
     if not parts:
         raise ValueError("reduce: no estimates")
