@@ -203,6 +203,20 @@ def test_the_finished_run_is_complete_and_up_to_date(summary):
     assert sum(row["status"] == "ok" for row in summary.values()) > len(summary) / 2
 
 
+def test_the_tables_plots_and_report_were_made_after_the_last_measurement(quick: Path):
+    """They measure nothing (perfgrid.pipeline.glue.after_benchmarks): they wait for the
+    last benchmark job, then run side by side, rather than each alone between two."""
+    where = layout(quick)
+    measured = max(p.stat().st_mtime for p in (where.root / "raw").rglob("*.json"))
+    made = [where.report_html, *(where.table(name) for name in experiments.available())]
+    made += [png for name in experiments.available()
+             for png in where.plot_dir(name).glob("*.png")]
+    assert len(made) > 1 + 2 * len(experiments.available())  # a figure of each, at least
+    early = sorted(str(p.relative_to(where.root)) for p in made
+                   if p.stat().st_mtime < measured)
+    assert early == []
+
+
 def test_spawn_ran_through_snakemake_for_every_primitive(quick: Path, summary):
     table = pd.read_csv(layout(quick).table("spawn"))
     skipped = {p["variant"] for p in json.loads(layout(quick).skipped.read_text())
