@@ -26,11 +26,14 @@ quick: setup
 # Two runs: first the tests marked serial (they measure, or wait for a quiet machine:
 # tests/conftest.py), alone; then the rest in parallel, the users of one Snakemake fixture
 # on one worker (loadgroup). Either may select nothing under PYTEST_ARGS (exit status 5).
+# The serial run leaves the quick run in PERFGRID_QUICK_RUN, a folder of this make test
+# alone (removed at its end), for the parallel run's user commands on its output.
 test: $(VENV)/.installed
 	@bash .ci/system-packages.sh $(TEST_DEBS)
-	$(BIN)/python -m pytest -q -rs --durations=15 -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]
-	$(BIN)/python -m pytest -q -rs --durations=15 -m "not serial" -n $(TEST_WORKERS) \
-		--dist loadgroup $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	export PERFGRID_QUICK_RUN="$$(mktemp -d)" && trap 'rm -rf "$$PERFGRID_QUICK_RUN"' EXIT && \
+	{ $(BIN)/python -m pytest -q -rs --durations=15 -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]; } && \
+	{ $(BIN)/python -m pytest -q -rs --durations=15 -m "not serial" -n $(TEST_WORKERS) \
+		--dist loadgroup $(PYTEST_ARGS) || [ $$? -eq 5 ]; }
 
 # Speed facts of the harness (per-call overhead, Erlang spawn rate, how fast a load stops
 # at its deadline), each printed beside its target: benchmark output, not unit tests.

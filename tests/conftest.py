@@ -5,18 +5,21 @@ Helpers live in ``helpers.py``; this file keeps fixtures and hooks only.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from perfgrid.kit import testfile
 
-from helpers import copy_workflow, in_ci, run
+from helpers import SNAKEMAKE, copy_workflow, in_ci, run
 
 #: (test id, reason) of every test skipped in this session
 _SKIPPED: list[tuple[str, str]] = []
 
-#: fixtures that run Snakemake (``tree`` here and in tests/test_slurm.py, ``quick`` and
+#: fixtures that run Snakemake (``tree`` and ``quick`` here, ``tree`` in tests/test_slurm.py,
 #: ``summary`` in tests/test_quick_config.py, ``without_tools`` in
 #: tests/test_reliability.py): a test that uses one, even through another fixture, runs it
 #: (tests/test_markers.py finds every such fixture and checks it is named here)
@@ -28,8 +31,13 @@ PIPELINE_MARKERS = ("pipeline", "snakemake")
 # change), waits for a quiet machine (the shipped quick config: its busy_share flags
 # rows), or loads every CPU on purpose. ``make test`` runs these first, one at a time,
 # with nothing beside them; the rest after them in parallel (pytest-xdist): Snakemake runs
-# of plumbing configs (``noise.busy_share: 1.0`` never waits nor flags) and the harness's
-# correctness checks, whose bounds hold however busy the machine is.
+# of plumbing configs (``noise.busy_share: 1.0`` never waits nor flags), the harness's
+# correctness checks, whose bounds hold however busy the machine is, and the user commands
+# on the quick run's output (tests/test_quick_commands.py: they read it, measure nothing).
+
+#: a folder ``make test`` makes for each of its runs and removes after: its serial lane
+#: leaves the quick run there (:func:`quick`), and its parallel lane's user commands read it
+QUICK_RUN_ENV = "PERFGRID_QUICK_RUN"
 
 
 #: the tests that share one run of a Snakemake fixture, by node id prefix: ``make test``'s
@@ -41,6 +49,7 @@ SHARED_RUNS = {
     "without_tools": ("tests/test_reliability.py::test_missing_tool_rows_",
                       "tests/test_reliability.py::test_without_perf_"),
     "slurm": ("tests/test_slurm.py::",),  # its own tree
+    "quick": ("tests/test_quick_commands.py::",),  # made by the serial lane, if it ran
 }
 
 
@@ -125,4 +134,31 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the workflow (so edits stay here) after one complete run."""
     root = copy_workflow(tmp_path_factory.mktemp("tree"))
     run(root, "--cores", "2")
+    return root
+
+
+@pytest.fixture(scope="session")
+def quick(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the workflow after ``snakemake --cores 2 --configfile config/quick.yaml``,
+    the shipped config untouched; how long it took is printed (the config's budget is
+    five minutes on a 2-CPU machine). Made once per ``make test``: under
+    ``$PERFGRID_QUICK_RUN`` (:data:`QUICK_RUN_ENV`) by the serial lane, whose
+    tests/test_quick_config.py judges it, and read there by the parallel lane; made here
+    where that folder holds no finished run (a module run alone, the serial lane left out)."""
+    shared = os.environ.get(QUICK_RUN_ENV)
+    root = Path(shared) / "quick" if shared else None
+    if root is not None and (root / "quick-run.ok").is_file():
+        return root
+    if root is None or root.exists():  # none shared, or a failed run there: one of our own
+        root = tmp_path_factory.mktemp("quick")
+    root.mkdir(parents=True, exist_ok=True)
+    copy_workflow(root, config=None)
+    started = time.monotonic()
+    done = subprocess.run([*SNAKEMAKE, "--cores", "2", "--configfile", "config/quick.yaml"],
+                          cwd=root, capture_output=True, text=True, timeout=1800)
+    elapsed = time.monotonic() - started
+    print(f"\nconfig/quick.yaml end to end: {elapsed:.0f} s", flush=True)
+    (root / "quick-run.log").write_text(done.stdout + done.stderr)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    (root / "quick-run.ok").write_text(f"{elapsed:.0f} s\n")
     return root

@@ -753,7 +753,7 @@ def required_issues(result) -> list[str]:
 def passes_the_validator(made: Path, scratch: Path, cache: Path) -> None:
     """The archive ``made`` extracted into ``scratch``: its crate declares the profiles of
     :data:`VALIDATOR_PROFILES` and passes the validator at each, every REQUIRED check of
-    the profile and of RO-Crate 1.1 run (tests/test_quick_config.py checks the quick run's
+    the profile and of RO-Crate 1.1 run (tests/test_quick_commands.py checks the quick run's
     archive so)."""
     top = archive.extract(made, scratch)
     graph = json.loads((top / crate.NAME).read_text())["@graph"]

@@ -171,11 +171,15 @@ MEASURING = (
 def test_the_tests_that_measure_run_alone_and_only_they(collected):
     """``serial`` (``make test`` runs those first, nothing beside them) on each test that
     measures and on the module of the shipped quick run (it waits for a quiet machine), and
-    on no other: the rest run in parallel."""
+    on no other: the rest run in parallel, the user commands on the quick run's output
+    (tests/test_quick_commands.py) among them."""
     serial = {nodeid for nodeid, row in collected.items() if "serial" in row["markers"]}
     quick = {nodeid for nodeid in collected if nodeid.startswith("tests/test_quick_config.py")}
-    assert quick >= {nodeid for nodeid, row in collected.items() if "quick" in row["fixtures"]}
-    assert quick and set(MEASURING) <= set(collected)  # each still exists
+    commands = {nodeid for nodeid in collected
+                if nodeid.startswith("tests/test_quick_commands.py")}
+    assert quick | commands >= {nodeid for nodeid, row in collected.items()
+                                if "quick" in row["fixtures"]}
+    assert quick and commands and set(MEASURING) <= set(collected)  # each still exists
     assert serial == quick | set(MEASURING)
 
 
@@ -193,4 +197,4 @@ def test_the_users_of_a_fixtures_run_share_one_worker(collected):
             if shared_run(nodeid) != want:
                 wrong.append((nodeid, name, shared_run(nodeid)))
     assert wrong == []
-    assert {shared_run(n) for n in collected} >= {"tree", "without_tools", "slurm"}
+    assert {shared_run(n) for n in collected} >= {"tree", "without_tools", "slurm", "quick"}

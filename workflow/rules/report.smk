@@ -1,4 +1,5 @@
-# Tables (with side tables, paths.py), plots and the report; code inputs: code().
+# Tables (with side tables, paths.py), plots and the report; code inputs: code(). They
+# measure nothing: they run after the last benchmark job, side by side (glue.after_benchmarks).
 
 
 rule table:
@@ -16,6 +17,7 @@ rule table:
         sides=LAYOUT.side_tables(r"{experiment,\w+}"),
     log:
         LAYOUT.log("{experiment}", "table.log"),
+    priority: glue.after_benchmarks(PLAN)
     conda:
         CONDA_ENV
     shell:
@@ -39,6 +41,7 @@ rule plots:
         ),
     log:
         LAYOUT.log("{experiment}", "plots.log"),
+    priority: glue.after_benchmarks(PLAN)
     conda:
         CONDA_ENV
     shell:
@@ -70,6 +73,7 @@ rule report:
         noise=SETTINGS["noise"],
         noise_profile=lambda w, input: input.noise[0] if input.noise else "none",
         root=lambda w, input: os.path.dirname(input.machine),
+    priority: glue.after_benchmarks(PLAN)
     conda:
         CONDA_ENV
     shell:

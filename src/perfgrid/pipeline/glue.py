@@ -134,6 +134,15 @@ def job_priority(plan: Plan, experiment: str) -> Callable[[Any], int]:
     return priority
 
 
+def after_benchmarks(plan: Plan) -> int:
+    """The priority of the jobs that read results and measure nothing (tables, plots, the
+    report): below every benchmark job's (:func:`job_priority`), so they wait for the last
+    measurement and then run side by side on the cores it leaves. A benchmark job takes
+    every core, so none ever runs beside one; ahead of them, each ran alone between two
+    measurements (six plots of the quick run one after another, ~35 s on 2 CPUs)."""
+    return -2 - len(plan.jobs)
+
+
 def bench_params(cfg: Config, layout: Layout, plan: Plan, experiment: str) -> Callable:
     """Params function: the harness's own words for one job's wildcards, quoted (the plan's,
     else worked out for a point it does not hold)."""
