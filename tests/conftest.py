@@ -32,8 +32,9 @@ PIPELINE_MARKERS = ("pipeline", "snakemake")
 # correctness checks, whose bounds hold however busy the machine is.
 
 
-#: the tests that share one run of a Snakemake fixture, by node id prefix: ``make test``'s
-#: parallel lane gives each set to one worker, which makes the run once for them all
+#: the tests that share one run of a Snakemake fixture (or another costly module fixture),
+#: by node id prefix: ``make test``'s parallel lane gives each set to one worker, which
+#: makes the run once for them all
 #: (:func:`pytest_xdist_make_scheduler`; tests/test_markers.py checks every user is here)
 SHARED_RUNS = {
     "tree": ("tests/test_pipeline.py::", "tests/test_code_inputs.py::",
@@ -41,6 +42,9 @@ SHARED_RUNS = {
     "without_tools": ("tests/test_reliability.py::test_missing_tool_rows_",
                       "tests/test_reliability.py::test_without_perf_"),
     "slurm": ("tests/test_slurm.py::",),  # its own tree
+    # not Snakemake, as costly: the suite collected in a second process (~12 s, its module
+    # fixture ``collection``), once on one worker rather than once on each
+    "collection": ("tests/test_markers.py::",),
 }
 
 
