@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import types
 from collections.abc import Iterator
@@ -49,6 +50,8 @@ VALUES = 4
 #: read): those tests check the raw results only, and the table, plots and report after
 #: them (about half a run's CPU time) are the same whether a run was interrupted or not
 BENCHMARKS = ("--until", "file_read")
+#: what Snakemake prints once it has taken a Ctrl-C
+TERMINATING = "Terminating processes on user request"
 
 
 def _as_in_a_terminal() -> None:
@@ -260,14 +263,18 @@ def _interrupt(proc: subprocess.Popen, workdir: Path, how: str,
                held: list[psutil.Process]) -> None:
     """Interrupt the run ``how``, with a benchmark job ``held``; return once Snakemake ended."""
     if how == "sigint":
+        said: list[str] = []  # Snakemake's output, read as it comes
+        reader = threading.Thread(target=lambda: said.extend(proc.stdout), daemon=True)
+        reader.start()
         proc.send_signal(signal.SIGINT)
-        # Snakemake reacts to Ctrl-C while the job is held (so the run cannot end first),
-        # and ends; or it waits for its jobs, and the held one must go on to end
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.communicate(timeout=10)
+        # Snakemake reacts to Ctrl-C while the job is held (so the run cannot end first):
+        # it says so, and waits for its jobs, so the held one must go on to end; or it ends.
+        # Its word ends the wait at once; without it, 10 s
+        wait_for(lambda: proc.poll() is not None
+                 or any(TERMINATING in line for line in said), 10)
         resume(held)
-        if proc.returncode is None:
-            proc.communicate(timeout=120)
+        proc.wait(timeout=120)
+        reader.join(timeout=60)
     elif how == "sigkill_snakemake":
         proc.kill()
         proc.wait(timeout=60)
