@@ -40,8 +40,9 @@ PIPELINE_MARKERS = ("pipeline", "snakemake")
 QUICK_RUN_ENV = "PERFGRID_QUICK_RUN"
 
 
-#: the tests that share one run of a Snakemake fixture, by node id prefix: ``make test``'s
-#: parallel lane gives each set to one worker, which makes the run once for them all
+#: the tests that share one run of a Snakemake fixture (or another costly module fixture),
+#: by node id prefix: ``make test``'s parallel lane gives each set to one worker, which
+#: makes the run once for them all
 #: (:func:`pytest_xdist_make_scheduler`; tests/test_markers.py checks every user is here)
 SHARED_RUNS = {
     "tree": ("tests/test_pipeline.py::", "tests/test_code_inputs.py::",
@@ -50,6 +51,9 @@ SHARED_RUNS = {
                       "tests/test_reliability.py::test_without_perf_"),
     "slurm": ("tests/test_slurm.py::",),  # its own tree
     "quick": ("tests/test_quick_commands.py::",),  # made by the serial lane, if it ran
+    # not Snakemake, as costly: the suite collected in a second process (~12 s, its module
+    # fixture ``collection``), once on one worker rather than once on each
+    "collection": ("tests/test_markers.py::",),
 }
 
 
