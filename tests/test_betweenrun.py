@@ -87,6 +87,26 @@ def test_tau_comes_from_records_of_the_run_s_kind_and_design_only(shipped) -> No
     assert "NO record of this machine kind and design" in none.words
 
 
+def test_records_all_from_one_guest_say_so_and_the_report_repeats_it(shipped) -> None:
+    """Runs on one guest (one boot id) are one draw of a host: their spread is that of
+    runs on that guest, and the words, and so claims.csv and the report, say so."""
+    rng = np.random.default_rng(4)
+    frame = _records(0.05, 0.01, 3, 6, rng)
+    shipped(frame.assign(boot_id="df7aaa11-6040"))
+    one = _tau(betweenrun.Judging(kind="AMD EPYC x2", design="d1", started=5000.0))
+    assert "all on one guest (boot id df7aaa11)" in one.words
+    claims = pd.DataFrame({"tau_from": [one.words], "machine_kind": ["AMD EPYC x2"],
+                           "design": ["d1"]})
+    with betweenrun.judging(betweenrun.Judging(kind="AMD EPYC x2", design="d1")):
+        assert "the spread between guests is not in it" in betweenrun.describe(claims)
+    shipped(frame)  # a boot id per run: guests differ
+    assert "guest" not in _tau(betweenrun.Judging(kind="AMD EPYC x2", design="d1",
+                                                  started=5000.0)).words
+    shipped(frame.assign(boot_id=""))  # unknown boots: nothing said either way
+    assert "guest" not in _tau(betweenrun.Judging(kind="AMD EPYC x2", design="d1",
+                                                  started=5000.0)).words
+
+
 def test_runs_after_the_run_judged_or_the_run_itself_never_count(shipped) -> None:
     rng = np.random.default_rng(3)
     shipped(_records(0.2, 0.01, 4, 6, rng))

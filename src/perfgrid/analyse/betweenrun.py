@@ -347,6 +347,17 @@ def _estimated(frame: Any, claim: tuple[Any, ...], like_rows: Any) -> tuple[Any,
     return mine, (_shrunk(own, like), own)
 
 
+def _one_guest(found: Any) -> str:
+    """Words for records that all share one boot id: runs on one guest are one draw of a
+    host, so the spread between them is the spread between runs on that guest, not
+    between guests, which a run on another guest of the kind also meets."""
+    boots = found.drop_duplicates("run_id")["boot_id"].fillna("").astype(str)
+    if len(boots) < 2 or (boots == "").any() or boots.nunique() > 1:
+        return ""
+    return (f", all on one guest (boot id {boots.iloc[0][:8]}), so the spread between guests "
+            f"is not in it")
+
+
 def component(experiment: str, runtime: str | None, hypothesis: str | None,
               quantity: str = "ratio", scale: str = "log") -> Component:
     """The between-run component of a claim for the run being judged (:func:`judging`)."""
@@ -375,7 +386,8 @@ def component(experiment: str, runtime: str | None, hypothesis: str | None,
             return Component(math.sqrt(tau2), "claim" if own and own.runs >= OWN_RUNS
                              else "like claims", recorded, kind, design,
                              f"from {recorded} recorded runs of this machine kind ({kind}) "
-                             f"and design ({design}): {how}", prior[0] if prior else None,
+                             f"and design ({design}){_one_guest(found)}: {how}",
+                             prior[0] if prior else None,
                              prior[1] if prior else None, scale)
     old = legacy(run.kind)
     if not old.empty:
