@@ -27,8 +27,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+# scipy.stats' norm.ppf and t.ppf are ndtri and stdtrit behind argument checks that cost
+# ~50 us a call, twice a row: too dear for thousands of rows (perfgrid pool, perfgrid aa)
 from scipy import special as sp
-from scipy import stats as sps
 
 from perfgrid.analyse.ledger import COUNTED
 
@@ -161,7 +162,7 @@ def within_se(row: Any) -> WithinSe:
     if not (math.isfinite(low) and math.isfinite(high) and low <= y <= high and low < high):
         return WithinSe(None, math.nan, on, "no interval", y)
     held = tau_on_scale(row)
-    extra = (float(sps.norm.ppf(0.5 + at / 2)) * held) ** 2
+    extra = (float(sp.ndtri(0.5 + at / 2)) * held) ** 2
     below = math.sqrt(max(0.0, (y - low) ** 2 - extra))
     above = math.sqrt(max(0.0, (high - y) ** 2 - extra))
     if below + above == 0:
@@ -169,13 +170,13 @@ def within_se(row: Any) -> WithinSe:
                         y)
     basis = _text(row, "basis")
     df = _basis_df(basis)
-    plain = float(sps.t.ppf(0.5 + at / 2, df) if df else sps.norm.ppf(0.5 + at / 2))
+    plain = float(sp.stdtrit(df, 0.5 + at / 2) if df else sp.ndtri(0.5 + at / 2))
     ends, how = (plain, plain), (f"read off the interval with t({df:g})" if df else
                                  "read off the interval with z (its basis names no df)")
     best = _BEST_OF.search(basis)
     if best and df:
         k = int(best.group(2))
-        strict = float(sps.t.ppf(1 - (1 - at) / (2 * k), df))
+        strict = float(sp.stdtrit(df, 1 - (1 - at) / (2 * k)))
         ends = {"max": (strict, plain), "min": (plain, strict)}.get(best.group(1),
                                                                    (strict, strict))
         how += f", t at alpha/{k} on a best-of's Bonferroni ends: approximate"

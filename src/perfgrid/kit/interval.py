@@ -118,8 +118,10 @@ def mean(processes: Sequence[Sequence[float]], seed: int = 0, n_boot: int = N_BO
         return Replicates(grand, reason="one value")
     rng = np.random.default_rng(seed)
     w = len(groups)
+    # each process's (round's) mean, once: the variance over them and the rounds' blocks
+    means = [g.mean() for g in groups]
     if w >= 2:
-        target = float(np.var(np.log([g.mean() for g in groups]), ddof=1)) / w
+        target = float(np.var(np.log(means), ddof=1)) / w
         df, method = w - 1, METHOD_ROUNDS if pooled_rounds else METHOD_HIERARCHICAL
     else:
         target = float(np.var(np.log(values), ddof=1)) / values.size
@@ -130,8 +132,8 @@ def mean(processes: Sequence[Sequence[float]], seed: int = 0, n_boot: int = N_BO
     if pooled_rounds and w < BOOTSTRAP_ROUNDS:
         se = float(np.sqrt(target))
         # seeded by the data too: two points of one seed still draw independently
-        means = np.round(np.log([g.mean() for g in groups]), 12).tolist()
-        dev = np.random.default_rng(seed_for(seed, *means)).standard_normal(n_boot)
+        logs = np.round(np.log(means), 12).tolist()
+        dev = np.random.default_rng(seed_for(seed, *logs)).standard_normal(n_boot)
         dev = (dev - dev.mean()) / dev.std() * se
     else:
         reps = _hierarchical_means(groups, rng, n_boot)
@@ -141,27 +143,34 @@ def mean(processes: Sequence[Sequence[float]], seed: int = 0, n_boot: int = N_BO
                else rng.normal(0, np.sqrt(target), n_boot))
     blocks = None
     if pooled_rounds:  # the rounds' own means, for a ratio paired round by round
-        labels = list(dict.fromkeys(rounds or []))
-        blocks = {label: float(np.log(np.mean(g))) for label, g in zip(labels, outer,
-                                                                         strict=True) if g}
+        labels = [label for label, g in zip(dict.fromkeys(rounds or []), outer, strict=True)
+                  if g]
+        blocks = {label: float(np.log(m)) for label, m in zip(labels, means, strict=True)}
     return Replicates(grand, dev, float(df), method, "", blocks, se)
 
 
 def _hierarchical_means(groups: list[np.ndarray], rng: np.random.Generator,
                         n_boot: int) -> np.ndarray:
-    """Grand means of ``n_boot`` resamples: processes with replacement, then values within."""
+    """Grand means of ``n_boot`` resamples: processes with replacement, then values within.
+
+    All replicates at once. With one value a process (a claim point's rounds) the draw
+    within a process can only pick that value: its uniforms are still drawn, so the stream
+    and every replicate stay what the general path gives, bit for bit."""
     w = len(groups)
     sizes = np.array([g.size for g in groups])
     width = int(sizes.max())
+    chosen = rng.integers(0, w, size=(n_boot, w)) if w > 1 else np.zeros((n_boot, 1), int)
+    uniforms = rng.random((n_boot, chosen.shape[1], width))
+    if width == 1:
+        return np.concatenate(groups)[chosen].sum(axis=1) / chosen.shape[1]
     padded = np.zeros((w, width))
     for i, g in enumerate(groups):
         padded[i, : g.size] = g
-    chosen = rng.integers(0, w, size=(n_boot, w)) if w > 1 else np.zeros((n_boot, 1), int)
     n = sizes[chosen]                                           # (B, W)
-    picks = (rng.random((n_boot, chosen.shape[1], width)) * n[..., None]).astype(int)
+    picks = (uniforms * n[..., None]).astype(int)
     drawn = padded[chosen[..., None], picks]                    # (B, W, width)
     mask = np.arange(width)[None, None, :] < n[..., None]
-    return (drawn * mask).sum(axis=(1, 2)) / mask.sum(axis=(1, 2))
+    return (drawn * mask).sum(axis=(1, 2)) / n.sum(axis=1)
 
 
 def rate(processes: Sequence[Sequence[float]], work_per_loop: float, seed: int = 0,

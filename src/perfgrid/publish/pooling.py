@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
+from scipy import special as _sp
 
 from perfgrid.analyse import claimrow, ledger
 from perfgrid.analyse.stats import Bounds, decide
@@ -85,8 +85,9 @@ def hartung_knapp(y: np.ndarray, var: np.ndarray, df: np.ndarray) -> dict[str, f
     w = np.full(k, 1 / (within + fit["tau2"]))
     mean = float(np.sum(w * y) / np.sum(w))
     hk = float(np.sum(w * (y - mean) ** 2) / ((k - 1) * np.sum(w)))
-    q_p = float(sps.chi2.sf(fit["q"], k - 1) if total_df >= KNOWN_DF
-                else sps.f.sf(fit["q"] / (k - 1), k - 1, total_df))
+    # chi2.sf and f.sf without scipy.stats' ~50 us of checks a call (thousands of claims)
+    q_p = float(_sp.chdtrc(k - 1, fit["q"]) if total_df >= KNOWN_DF
+                else _sp.fdtrc(k - 1, total_df, fit["q"] / (k - 1)))
     return {"mean": mean, "sd": math.sqrt(hk), "df": k - 1, "tau2": fit["tau2"],
             "q": fit["q"], "q_p": q_p, "i2": fit["i2"]}
 
@@ -94,16 +95,18 @@ def hartung_knapp(y: np.ndarray, var: np.ndarray, df: np.ndarray) -> dict[str, f
 def _interval(mean: float, sd: float, df: int, scale: str):
     """The pooled interval at a level: t with ``df`` degrees of freedom, on ``scale``."""
     def bounds(level: float):
-        half = float(sps.t.ppf(0.5 + level / 2, df)) * sd
+        half = float(_sp.stdtrit(df, 0.5 + level / 2)) * sd
         return claimrow.from_scale(mean - half, scale), claimrow.from_scale(mean + half, scale)
 
     return bounds
 
 
-def pool_claim(rows: pd.DataFrame) -> dict[str, Any]:
-    """One claim's runs (rows of claims.csv, one per run; ``_run`` names each, if given)
-    pooled and judged."""
-    first = rows.iloc[0]
+def pool_claim(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One claim's runs (rows of claims.csv as mappings, one per run; ``_run`` names each,
+    if given) pooled and judged. Plain mappings, not a frame: a frame per claim and its
+    row Series cost most of a pooling of thousands of claims."""
+    rows = _same_keys(rows)
+    first = rows[0]
     try:
         entry = ledger.entry(str(first["experiment"]), str(first["hypothesis"]))
     except ledger.LedgerError:  # a run of an older perfgrid, whose claim the ledger lost
@@ -113,9 +116,9 @@ def pool_claim(rows: pd.DataFrame) -> dict[str, Any]:
                            "kind": entry.kind if entry is not None else "",
                            "runs": len(rows), "op": first["op"],
                            "threshold": float(first["threshold"]), "margin": margin,
-                           "readings": "; ".join(str(v) for v in rows["verdict"])}
+                           "readings": "; ".join(str(row["verdict"]) for row in rows)}
     found = []
-    for n, (_, row) in enumerate(rows.iterrows()):
+    for n, row in enumerate(rows):
         w = aa.within(row, str(row.get("_run", f"{n + 1}")))
         if w.se is not None and w.se > 0:
             boot = row.get("boot_id", "")
@@ -156,13 +159,19 @@ def pool(runs: list[pd.DataFrame], labels: list[str] | None = None) -> pd.DataFr
     """Every claim of two or more runs' claims tables pooled (:func:`pool_claim`), in the
     order the claims first come; ValueError naming the run where one lists a claim twice."""
     labels = labels or [str(n + 1) for n in range(len(runs))]
-    indexed = [aa.index(run, name) for run, name in zip(runs, labels, strict=True)]
+    indexed = [{key: row | {"_run": name} for key, row in aa.index(run, name).items()}
+               for run, name in zip(runs, labels, strict=True)]
     keys = list(dict.fromkeys(key for found in indexed for key in found))
-    rows = [pool_claim(pd.DataFrame([found[key].to_dict() | {"_run": name}
-                                     for found, name in zip(indexed, labels, strict=True)
-                                     if key in found]))
-            for key in keys]
+    rows = [pool_claim([found[key] for found in indexed if key in found]) for key in keys]
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _same_keys(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` with the same keys, NaN where a row lacks one, as a frame of them holds
+    them: a column one run lacks reads as missing, never as absent."""
+    keys = list(dict.fromkeys(k for row in rows for k in row))
+    return [row if len(row) == len(keys) else {k: row.get(k, math.nan) for k in keys}
+            for row in rows]
 
 
 def main(sources: list[str], out_dir: Path) -> dict[str, Any]:
