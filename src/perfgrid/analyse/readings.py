@@ -35,6 +35,7 @@ import zlib
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import special
 from scipy import stats as sps
 
 #: a reading whose p_differ is at least this is marked "near a boundary"
@@ -139,7 +140,9 @@ class Prior:
     @classmethod
     def of(cls, s0_2: float, d0: float, df: float, guard: float) -> Prior:
         d0 = min(d0, 1e6)
-        return cls(s0_2, d0, df, float(sps.f.ppf(guard, df, d0)))
+        # scipy.special's quantile, as sps.f.ppf computes it, without its argument checks
+        # (a claim's rows make this call tens of thousands of times)
+        return cls(s0_2, d0, df, float(special.fdtri(df, d0, guard)))
 
     def moderated(self, s2: np.ndarray | float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(variance, df, kept) of runs whose own variance is ``s2``: Smyth's
@@ -211,8 +214,8 @@ def _next_rows_reading(rows: Rows, tau: float, rule: Boundaries, draws: int,
     at = at.reshape(df.shape)
     sides = []
     for level in (0.95, 0.90):
-        plain = sps.t.ppf(0.5 + level / 2, dfs)[at] * sd
-        strict = sps.t.ppf(1 - (1 - level) / (2 * k), dfs)[at] * sd
+        plain = special.stdtrit(dfs, 0.5 + level / 2)[at] * sd  # sps.t.ppf, unchecked
+        strict = special.stdtrit(dfs, 1 - (1 - level) / (2 * k))[at] * sd
         low = pick(y - (strict if best else plain), axis=0)
         high = pick(y + (plain if best else strict), axis=0)
         sides += [_widen(value - low, tau, level), _widen(high - value, tau, level)]
