@@ -59,8 +59,9 @@ def test_the_guides_toy_experiment_runs_to_the_report(tmp_path):
     add_toy(root)
     config = {"host": "toy", "experiments": ["toy"], "results": str(tmp_path / "results"),
               "toy": {"list_sizes": [100, 10000]},
-              # a plumbing test, not a measurement: never wait for a quiet machine
-              "noise": {"busy_share": 1.0},
+              # a plumbing test, not a measurement: never wait for a quiet machine, and no
+              # noise profile (the toy has no pair to profile)
+              "noise": {"busy_share": 1.0, "profile": {"blocks": 0}},
               "measure": {"processes": 1, "values": 2, "warmups": 0, "loops": 5,
                           "target_ci": None, "max_seconds": None}}
     (root / "toy.yaml").write_text(yaml.safe_dump(config))

@@ -66,6 +66,15 @@ class Collect:
 
     def __init__(self, out: str) -> None:
         self.out = out
+        self.found: dict[tuple[types.CodeType, str], bool] = {}
+
+    def calls(self, code: types.CodeType, namespace: dict, what: str) -> bool:
+        """:func:`calls`, read once per function: the tests of one function (its
+        parameters) and the users of one fixture share its answer."""
+        key = (code, what)
+        if key not in self.found:
+            self.found[key] = calls(code, namespace, what)
+        return self.found[key]
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         rows = {}
@@ -79,13 +88,13 @@ class Collect:
                     fixture = getattr(fixturedef.func, "__wrapped__", fixturedef.func)
                     if isinstance(fixture, types.FunctionType):
                         codes.append((fixture.__code__, fixture.__globals__))
-                        if calls(fixture.__code__, fixture.__globals__, "snakemake"):
+                        if self.calls(fixture.__code__, fixture.__globals__, "snakemake"):
                             running.add(name)
             rows[item.nodeid] = {
                 "markers": sorted({m.name for m in item.iter_markers()}),
                 "fixtures": sorted(item.fixturenames),
-                "snakemake": any(calls(c, ns, "snakemake") for c, ns in codes),
-                "browser": any(calls(c, ns, "browser") for c, ns in codes),
+                "snakemake": any(self.calls(c, ns, "snakemake") for c, ns in codes),
+                "browser": any(self.calls(c, ns, "browser") for c, ns in codes),
                 "running_fixtures": sorted(running),
             }
         named = next(plugin.RUNS_SNAKEMAKE for plugin in session.config.pluginmanager.get_plugins()

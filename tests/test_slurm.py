@@ -32,7 +32,9 @@ CONFIG = {
         "variants": ["read", "pread_parallel"],
         "block_sizes": [65536],
         "parallel_block_sizes": [1048576],
-        "workers": [1, 2],
+        # two benchmark jobs (read, two parallel readers): each SLURM job costs ~12 s of
+        # the plugin's status polling, whatever it runs
+        "workers": [2],
         "bindings": ["none"],
         "caches": ["warm"],
         "measure": {"processes": 1, "values": 2, "warmups": 0, "loops": 1, "target_ci": None,
@@ -139,7 +141,7 @@ def test_every_benchmark_job_ran_as_a_slurm_job(tree):
 def test_benchmark_jobs_never_overlapped(tree):
     spans = sorted((m["perfgrid_started"], m["perfgrid_finished"])
                    for m in _metadata(tree, "slurm"))
-    assert len(spans) == 3
+    assert len(spans) == 2
     for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
         assert start >= end
 
