@@ -150,8 +150,13 @@ class Prior:
         their own on ``df``."""
         s2 = np.asarray(s2, dtype=float)
         kept = s2 / self.s0_2 > self.f_crit
-        var = np.where(kept, s2, (self.d0 * self.s0_2 + self.df * s2) / (self.d0 + self.df))
-        return var, np.where(kept, self.df, self.d0 + self.df), kept
+        pooled, pooled_df = self.pooled(s2)
+        return np.where(kept, s2, pooled), np.where(kept, self.df, pooled_df), kept
+
+    def pooled(self, s2: np.ndarray | float) -> tuple[np.ndarray | float, float]:
+        """(variance, df): Smyth's ``(d0 s0^2 + df s^2) / (d0 + df)`` on ``d0 + df`` df,
+        the guard aside (what prior and run tell together)."""
+        return (self.d0 * self.s0_2 + self.df * s2) / (self.d0 + self.df), self.d0 + self.df
 
 
 def _next_sides_moderated(sigma2: np.ndarray, prior: Prior, rng: np.random.Generator

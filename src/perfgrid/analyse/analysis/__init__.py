@@ -239,9 +239,8 @@ def rows_of(quantity: Any, found: Any) -> Any:
     # each row's spread as its prior and its rounds tell it together (Smyth), the guard
     # aside: the guard keeps a noisy row's own spread so that this run is not made sure,
     # but the next run's row is as noisy as both say
-    spread = [(float(p.se) ** 2, float(p.df)) if prior is None else (
-        (prior.d0 * prior.s0_2 + prior.df * float(p.se) ** 2) / (prior.d0 + prior.df),
-        prior.d0 + prior.df) for p, prior in zip(parts, priors, strict=True)]
+    spread = [(float(p.se) ** 2, float(p.df)) if prior is None else
+              prior.pooled(float(p.se) ** 2) for p, prior in zip(parts, priors, strict=True)]
     return Rows(tuple(math.log(p.value) for p in parts), tuple(math.sqrt(v) for v, _ in spread),
                 tuple(df for _, df in spread), priors, quantity.reduction)
 
