@@ -51,8 +51,8 @@ SHARED_RUNS = {
                       "tests/test_reliability.py::test_without_perf_"),
     "slurm": ("tests/test_slurm.py::",),  # its own tree
     "quick": ("tests/test_quick_commands.py::",),  # made by the serial lane, if it ran
-    # not Snakemake, as costly: the suite collected in a second process (~12 s, its module
-    # fixture ``collection``), once on one worker rather than once on each
+    # not Snakemake: the suite read once (its module fixture ``collection``; in a second
+    # process where this session did not collect all of it), on one worker
     "collection": ("tests/test_markers.py::",),
 }
 
@@ -80,15 +80,23 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     return SharedRuns(config, log)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+#: every test this session collected, marked, before ``-m`` or ``-k`` left any out
+#: (tests/test_markers.py reads the suite from it where the session collected all of it)
+COLLECTED = pytest.StashKey[list]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test that runs Snakemake carries ``pipeline`` and ``snakemake``: marked with either
-    (module or test), or using a fixture of :data:`RUNS_SNAKEMAKE`."""
+    (module or test), or using a fixture of :data:`RUNS_SNAKEMAKE`. First, so that what
+    ``-m`` selects sees these marks, and :data:`COLLECTED` every test."""
     for item in items:
         if (RUNS_SNAKEMAKE.intersection(getattr(item, "fixturenames", ()))
                 or any(item.get_closest_marker(name) for name in PIPELINE_MARKERS)):
             for name in PIPELINE_MARKERS:
                 if item.get_closest_marker(name) is None:
                     item.add_marker(name)
+    config.stash[COLLECTED] = list(items)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

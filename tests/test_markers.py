@@ -3,8 +3,9 @@ subset: ``pipeline`` and ``snakemake`` on every test that runs Snakemake (itself
 function of its module, or through a fixture such as ``tree``), and on the same tests;
 ``browser`` on every test that opens Chromium.
 
-The suite is collected once in a second process; each test's code, and the code of every
-fixture it uses, is read for what it calls (:func:`calls`)."""
+The whole suite is read as this session collected it (in a second process where the session
+collected less); each test's code, and the code of every fixture it uses, is read for what
+it calls (:func:`calls`)."""
 
 from __future__ import annotations
 
@@ -61,10 +62,11 @@ def calls(code: types.CodeType, namespace: dict, what: str, seen: set | None = N
 
 
 class Collect:
-    """A plugin: after collection, write each test's markers, fixtures (closure), and
-    whether it or a fixture it uses runs Snakemake or opens Chromium."""
+    """Reads tests for their markers, fixtures (closure), and whether they or a fixture
+    they use run Snakemake or open Chromium; as a plugin, writes what it read of a
+    collection to ``out``."""
 
-    def __init__(self, out: str) -> None:
+    def __init__(self, out: str = "") -> None:
         self.out = out
         self.found: dict[tuple[types.CodeType, str], bool] = {}
 
@@ -76,9 +78,10 @@ class Collect:
             self.found[key] = calls(code, namespace, what)
         return self.found[key]
 
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
+    def read(self, items: list[pytest.Item], config: pytest.Config) -> dict:
+        """Each test's row, by node id, and the fixtures conftest names as running Snakemake."""
         rows = {}
-        for item in session.items:
+        for item in items:
             func = getattr(item, "function", None)
             codes = [] if func is None else [(func.__code__, func.__globals__)]
             running = set()  # the fixtures it uses that run Snakemake
@@ -97,14 +100,25 @@ class Collect:
                 "browser": any(self.calls(c, ns, "browser") for c, ns in codes),
                 "running_fixtures": sorted(running),
             }
-        named = next(plugin.RUNS_SNAKEMAKE for plugin in session.config.pluginmanager.get_plugins()
+        named = next(plugin.RUNS_SNAKEMAKE for plugin in config.pluginmanager.get_plugins()
                      if hasattr(plugin, "RUNS_SNAKEMAKE"))
-        Path(self.out).write_text(json.dumps({"items": rows, "named": sorted(named)}))
+        return {"items": rows, "named": sorted(named)}
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        Path(self.out).write_text(json.dumps(self.read(session.items, session.config)))
 
 
 @pytest.fixture(scope="module")
-def collection(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """Every test of the suite as :class:`Collect` writes it (one collection, ~5 s)."""
+def collection(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+               ) -> dict:
+    """Every test of the suite as :meth:`Collect.read` reads it: from this session's own
+    collection where it holds every test module (``make test``; conftest's ``COLLECTED``,
+    before ``-m`` left any out), else from a collection in a second process (~5 s)."""
+    from conftest import COLLECTED
+
+    items = request.config.stash.get(COLLECTED, [])
+    if {Path(str(item.path)) for item in items} >= set((REPO / "tests").glob("test_*.py")):
+        return Collect().read(items, request.config)
     out = tmp_path_factory.mktemp("markers") / "collected.json"
     code = ("import sys, pytest, test_markers\n"
             f"sys.exit(pytest.main(['--collect-only', '-q', '-p', 'no:cacheprovider', "

@@ -35,8 +35,10 @@ import zlib
 from dataclasses import dataclass
 
 import numpy as np
+
+# scipy.special's quantiles, not scipy.stats': the same figures, without the argument
+# checks that cost more than the quantile itself (a claim calls them thousands of times)
 from scipy import special
-from scipy import stats as sps
 
 #: a reading whose p_differ is at least this is marked "near a boundary"
 NEAR = 0.2
@@ -121,7 +123,7 @@ class Sides:
 
 
 def _widen(side: np.ndarray, tau: float, level: float) -> np.ndarray:
-    z = float(sps.norm.ppf(0.5 + level / 2))
+    z = float(special.ndtri(0.5 + level / 2))
     return np.sqrt(side**2 + (z * tau) ** 2)
 
 
@@ -140,7 +142,7 @@ class Prior:
     @classmethod
     def of(cls, s0_2: float, d0: float, df: float, guard: float) -> Prior:
         d0 = min(d0, 1e6)
-        # scipy.special's quantile, as sps.f.ppf computes it, without its argument checks
+        # scipy.special's quantile, as scipy.stats' f.ppf computes it, without its argument checks
         # (a claim's rows make this call tens of thousands of times)
         return cls(s0_2, d0, df, float(special.fdtri(df, d0, guard)))
 
@@ -166,8 +168,8 @@ def _next_sides_moderated(sigma2: np.ndarray, prior: Prior, rng: np.random.Gener
     var, _, kept = prior.moderated(sigma2 * rng.chisquare(prior.df, sigma2.size) / prior.df)
     se = np.sqrt(var)
     moderated_df = prior.d0 + prior.df
-    q95 = np.where(kept, sps.t.ppf(0.975, prior.df), sps.t.ppf(0.975, moderated_df))
-    q90 = np.where(kept, sps.t.ppf(0.95, prior.df), sps.t.ppf(0.95, moderated_df))
+    q95 = np.where(kept, special.stdtrit(prior.df, 0.975), special.stdtrit(moderated_df, 0.975))
+    q90 = np.where(kept, special.stdtrit(prior.df, 0.95), special.stdtrit(moderated_df, 0.95))
     return q95 * se, q95 * se, q90 * se, q90 * se
 
 
@@ -219,7 +221,7 @@ def _next_rows_reading(rows: Rows, tau: float, rule: Boundaries, draws: int,
     at = at.reshape(df.shape)
     sides = []
     for level in (0.95, 0.90):
-        plain = special.stdtrit(dfs, 0.5 + level / 2)[at] * sd  # sps.t.ppf, unchecked
+        plain = special.stdtrit(dfs, 0.5 + level / 2)[at] * sd  # scipy.stats' t.ppf, unchecked
         strict = special.stdtrit(dfs, 1 - (1 - level) / (2 * k))[at] * sd
         low = pick(y - (strict if best else plain), axis=0)
         high = pick(y + (plain if best else strict), axis=0)
@@ -271,7 +273,7 @@ def runs_needed(estimate: float, se: float, tau: float, rule: Boundaries,
     if not (math.isfinite(estimate) and se > 0):
         return None
     v = se**2 + tau**2
-    z = float(sps.norm.ppf(power))
+    z = float(special.ndtri(power))
     gaps: list[tuple[float, float]] = []  # (distance to the edge to clear, one-sided level)
     if rule.op == "~":
         assert rule.band is not None
@@ -286,7 +288,7 @@ def runs_needed(estimate: float, se: float, tau: float, rule: Boundaries,
     for k in range(2, MAX_RUNS + 1):
         se_k = math.sqrt(v / k)
         for gap, level in gaps:
-            if gap > 0 and gap >= (float(sps.t.ppf(level, k - 1)) + z) * se_k:
+            if gap > 0 and gap >= (float(special.stdtrit(k - 1, level)) + z) * se_k:
                 return k
     return None
 
@@ -298,7 +300,7 @@ def sides_of(estimate: float, ci: tuple[float, float], eq: tuple[float, float],
     to = to_scale(scale)
 
     def inner(side: float, level: float) -> float:
-        z = float(sps.norm.ppf(0.5 + level / 2))
+        z = float(special.ndtri(0.5 + level / 2))
         return math.sqrt(max(0.0, side**2 - (z * tau) ** 2))
 
     sides = [inner(abs(estimate - to(ci[0])), 0.95), inner(abs(to(ci[1]) - estimate), 0.95),

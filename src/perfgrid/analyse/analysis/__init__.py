@@ -288,7 +288,7 @@ def within_se(quantity: Any, to_log: float = 1.0) -> tuple[float, float]:
     of rows (stats.Bounds.row), its row's (moderated as the claim judges it: a record holds
     one row's spread, on the row's df, so later runs can moderate the rows by it); else
     read off its 95 % interval (bootstrap: with t(df); bounds and counts: with z, df inf)."""
-    from scipy import stats as sps
+    from scipy import special
 
     row = getattr(quantity, "row", None)
     if isinstance(row, Estimate) and row.has_interval:
@@ -301,7 +301,7 @@ def within_se(quantity: Any, to_log: float = 1.0) -> tuple[float, float]:
         return math.nan, math.nan
     df = float(quantity.df) if isinstance(quantity, Estimate) and np.isfinite(
         quantity.df) else math.inf
-    q = float(sps.t.ppf(0.5 + LEVEL / 2, df))
+    q = float(special.stdtrit(df, 0.5 + LEVEL / 2))  # scipy.stats' t.ppf, unchecked
     return (math.log(found[1]) - math.log(found[0])) / (2 * q) / to_log, df
 
 
