@@ -17,6 +17,7 @@ import yaml
 
 from perfgrid import experiments
 from perfgrid.analyse import ledger
+from perfgrid.analyse.stats import LEFT_OUT
 from perfgrid.design import jobs
 from perfgrid.kit.paths import Layout
 from perfgrid.measure import counters
@@ -85,8 +86,14 @@ def test_every_claim_has_its_ledger_rule_and_the_verdict_its_intervals_give(quic
         assert c.op, f"{what}: no rule"
         assert c.reason.strip() or c.verdict != "inconclusive", what
         assert c.basis.strip() or not judged(c), what
-    # quick.yaml holds the points of at least one claim of each experiment
-    assert {c.experiment for c in claims if judged(c)} == set(experiments.available())
+    # quick.yaml holds the points of at least one claim of each experiment: judged, or
+    # (a noisy host: other processes or steal time past quick's noise limits) its points
+    # measured and left out of claims as busy, which the claim says
+    unjudged = set(experiments.available()) - {c.experiment for c in claims if judged(c)}
+    reasons = {name: [f"[{c.runtime}] {c.hypothesis[:50]}: {c.reason}" for c in claims
+                      if c.experiment == name] for name in sorted(unjudged)}
+    assert all(any(LEFT_OUT in c.reason for c in claims if c.experiment == name)
+               for name in unjudged), reasons
 
 
 def rows_of(path: Path) -> tuple[list[str], list[dict]]:
