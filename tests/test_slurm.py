@@ -81,12 +81,16 @@ def partition() -> str:
     return name
 
 
+def _command(tree: Path, host: str, *args: str) -> list[str]:
+    """Snakemake on the copied workflow's tiny.yaml, its results under ``results/<host>``."""
+    return [*SNAKEMAKE, "--configfile", str(tree / "tiny.yaml"), "--config", f"host={host}",
+            *args]
+
+
 def _snakemake(tree: Path, host: str, *args: str, timeout: float = 600
                ) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*SNAKEMAKE, "--configfile", str(tree / "tiny.yaml"), "--config", f"host={host}", *args],
-        cwd=tree, capture_output=True, text=True, timeout=timeout,
-    )
+    return subprocess.run(_command(tree, host, *args), cwd=tree, capture_output=True,
+                          text=True, timeout=timeout)
 
 
 def _resources(partition: str) -> list[str]:
@@ -99,9 +103,8 @@ def tree(tmp_path_factory, partition) -> Path:
     root = copy_workflow(tmp_path_factory.mktemp("slurmtree"), CONFIG)
     # the local run beside the SLURM run, which mostly waits on the plugin's status polls
     # (their outputs differ, so Snakemake lets both run in one folder)
-    local = subprocess.Popen(
-        [*SNAKEMAKE, "--configfile", str(root / "tiny.yaml"), "--config", "host=local",
-         "--cores", "2"], cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    local = subprocess.Popen(_command(root, "local", "--cores", "2"), cwd=root,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         slurm = _snakemake(root, "slurm", "--profile", "profiles/slurm",
                            *_resources(partition), *SLURM_OPTIONS)
