@@ -28,9 +28,12 @@ quick: setup
 # on one worker (loadgroup). Either may select nothing under PYTEST_ARGS (exit status 5).
 # The serial run leaves the quick run in PERFGRID_QUICK_RUN, a folder of this make test
 # alone (removed at its end), for the parallel run's user commands on its output.
+# Bytecode is kept (__pycache__, which git ignores) even where PYTHONDONTWRITEBYTECODE is
+# set: each pytest process rewrote and compiled every test module again (collecting took
+# 5.0 s, 2.5 s with it kept), and every process a test starts compiled perfgrid again.
 test: $(VENV)/.installed
 	@bash .ci/system-packages.sh $(TEST_DEBS)
-	export PERFGRID_QUICK_RUN="$$(mktemp -d)" && trap 'rm -rf "$$PERFGRID_QUICK_RUN"' EXIT && \
+	export PYTHONDONTWRITEBYTECODE= PERFGRID_QUICK_RUN="$$(mktemp -d)" && trap 'rm -rf "$$PERFGRID_QUICK_RUN"' EXIT && \
 	{ $(BIN)/python -m pytest -q -rs --durations=15 -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]; } && \
 	{ $(BIN)/python -m pytest -q -rs --durations=15 -m "not serial" -n $(TEST_WORKERS) \
 		--dist loadgroup $(PYTEST_ARGS) || [ $$? -eq 5 ]; }
@@ -60,13 +63,16 @@ config-doc: $(VENV)/.installed
 
 setup: $(VENV)/.installed system-packages
 
-# The venv's own pip (Python 3.11's installs editable pyproject packages; an upgrade cost
-# ~6 s here). pip byte-compiles what it installs: where PYTHONDONTWRITEBYTECODE is set,
-# an import never writes a .pyc, and every benchmark and plot process would compile
-# pandas, matplotlib and seaborn again (~3 s each: the quick run took 224 s, not 138 s).
+# The venv, with perfgrid and its Python packages installed by uv (from PyPI, through the
+# venv's pip): pip took ~60 s here, 20 of them resolving, uv 15 s from an empty cache.
+# uv reads its own settings (UV_INDEX_URL, UV_EXTRA_INDEX_URL, UV_FIND_LINKS), not pip's.
+# Byte-compiled at install: where PYTHONDONTWRITEBYTECODE is set, an import never writes a
+# .pyc, and every benchmark and plot process would compile pandas, matplotlib and seaborn
+# again (~3 s each: the quick run took 224 s, not 138 s).
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet uv
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode -e '.[dev]'
 	touch $@
 
 # Installs what apt can (as root, or through sudo); otherwise prints what is missing

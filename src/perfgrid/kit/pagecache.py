@@ -8,13 +8,14 @@ assuming it.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import mmap
 import os
 
 CACHES = ("warm", "cold")
 PAGE = mmap.PAGESIZE
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+# the C library this interpreter already has loaded: ctypes.util.find_library would run
+# ldconfig -p, ~0.2 s in every benchmark process that imports this module
+_libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
                        ctypes.c_int, ctypes.c_long]
