@@ -40,7 +40,7 @@ def fake_batches(monkeypatch, clock: FakeClock, between_cv: float, seed: int = 1
     rng = np.random.default_rng(seed)
     sizes: list[int] = []
 
-    def run_batch(args, processes, loops, folder, index):
+    def run_batch(args, processes, loops, index):
         sizes.append(processes)
         clock.now += clock.per_process * processes
         runs = []

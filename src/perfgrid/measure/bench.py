@@ -152,14 +152,19 @@ def batch_argv(argv: list[str], processes: int, loops: int | None, output: Path)
 
 
 def _run_batch(args: argparse.Namespace, processes: int, loops: int | None,
-               folder: Path, index: int) -> pyperf.Benchmark:
-    output = folder / f"batch-{index}.json"
-    cmd = batch_argv(args.argv, processes, loops, output)
-    done = subprocess.run(lifetime.command(cmd), check=False)
-    if done.returncode != 0 or not output.exists():
-        raise SystemExit(f"batch {index} ({processes} processes) failed "
-                         f"(exit status {done.returncode})")
-    return pyperf.Benchmark.load(str(output))
+               index: int) -> pyperf.Benchmark:
+    """Batch ``index`` of a point as a pyperf run of its own (every batch but the one
+    pyperf's Runner runs in this process): its JSON in a folder removed once read, so a
+    job killed by SIGKILL, which skips the removal, leaves one behind only while such a
+    batch runs (a folder held for the whole point was left by every killed job)."""
+    with tempfile.TemporaryDirectory(prefix="perfgrid-batch-") as folder:
+        output = Path(folder) / f"batch-{index}.json"
+        cmd = batch_argv(args.argv, processes, loops, output)
+        done = subprocess.run(lifetime.command(cmd), check=False)
+        if done.returncode != 0 or not output.exists():
+            raise SystemExit(f"batch {index} ({processes} processes) failed "
+                             f"(exit status {done.returncode})")
+        return pyperf.Benchmark.load(str(output))
 
 
 def point_interval(bench: pyperf.Benchmark, seed: int = 0) -> Replicates:
@@ -205,50 +210,49 @@ def measure_point(args: argparse.Namespace, first: Callable[[], pyperf.Benchmark
     processes, loops = args.processes, args.loops
     merged: pyperf.Benchmark | None = None
     per_process = 0.0
-    with tempfile.TemporaryDirectory(prefix="perfgrid-batches-") as tmp:
-        for index in range(1, 10_000):
-            began = time.monotonic()
-            batch = (first() if first is not None and index == 1
-                     else _run_batch(args, processes, loops, Path(tmp), index))
-            # the slowest batch so far, per process (its start-up included): no overshoot
-            per_process = max(per_process, (time.monotonic() - began) / processes)
-            if merged is None:
-                merged, loops = batch, loops or batch.get_loops()
-            else:
-                merged.add_runs(batch)
-            spent = time.monotonic() - start
-            if target is None:
-                return merged, {"perfgrid_batches": index,
-                                "perfgrid_measure_seconds": round(spent, 3)}
-            from perfgrid.kit import interval  # numpy and scipy: only where a target is set
+    for index in range(1, 10_000):
+        began = time.monotonic()
+        batch = (first() if first is not None and index == 1
+                 else _run_batch(args, processes, loops, index))
+        # the slowest batch so far, per process (its start-up included): no overshoot
+        per_process = max(per_process, (time.monotonic() - began) / processes)
+        if merged is None:
+            merged, loops = batch, loops or batch.get_loops()
+        else:
+            merged.add_runs(batch)
+        spent = time.monotonic() - start
+        if target is None:
+            return merged, {"perfgrid_batches": index,
+                            "perfgrid_measure_seconds": round(spent, 3)}
+        from perfgrid.kit import interval  # numpy and scipy: only where a target is set
 
-            estimate = point_interval(merged)
-            ci, total = estimate.ci_rel, merged.get_nrun()
-            outcome = {"perfgrid_batches": index, "perfgrid_measure_seconds": round(spent, 3),
-                       "perfgrid_target_ci": target, "perfgrid_max_seconds": cap,
-                       "perfgrid_converged": False}
-            # one process's interval knows only its own noise: it never decides convergence
-            if math.isfinite(ci) and ci <= target and estimate.method != interval.METHOD_VALUES:
-                outcome.update(perfgrid_converged=True, perfgrid_stop=(
-                    f"interval +/-{ci:.1%} met the target +/-{target:.1%} "
-                    f"after {total} processes"))
-                return merged, outcome
-            if estimate.reason.startswith("all values identical"):
-                outcome["perfgrid_stop"] = f"no interval: {estimate.reason}"
-                return merged, outcome
-            if index == 1 and spent > cap:
-                outcome["perfgrid_stop"] = (
-                    f"one batch of {processes} processes took {spent:.0f} s, over the cap "
-                    f"of {cap:g} s: no repetition fits")
-                return merged, outcome
-            fits = math.floor((cap - spent) / per_process)
-            if fits < 1:
-                shown = f"+/-{ci:.1%}" if math.isfinite(ci) else "no interval"
-                outcome["perfgrid_stop"] = (
-                    f"cap of {cap:g} s: {shown} after {total} processes ({spent:.0f} s); "
-                    f"target +/-{target:.1%}")
-                return merged, outcome
-            processes = min(next_batch(total, ci, target), fits)
+        estimate = point_interval(merged)
+        ci, total = estimate.ci_rel, merged.get_nrun()
+        outcome = {"perfgrid_batches": index, "perfgrid_measure_seconds": round(spent, 3),
+                   "perfgrid_target_ci": target, "perfgrid_max_seconds": cap,
+                   "perfgrid_converged": False}
+        # one process's interval knows only its own noise: it never decides convergence
+        if math.isfinite(ci) and ci <= target and estimate.method != interval.METHOD_VALUES:
+            outcome.update(perfgrid_converged=True, perfgrid_stop=(
+                f"interval +/-{ci:.1%} met the target +/-{target:.1%} "
+                f"after {total} processes"))
+            return merged, outcome
+        if estimate.reason.startswith("all values identical"):
+            outcome["perfgrid_stop"] = f"no interval: {estimate.reason}"
+            return merged, outcome
+        if index == 1 and spent > cap:
+            outcome["perfgrid_stop"] = (
+                f"one batch of {processes} processes took {spent:.0f} s, over the cap "
+                f"of {cap:g} s: no repetition fits")
+            return merged, outcome
+        fits = math.floor((cap - spent) / per_process)
+        if fits < 1:
+            shown = f"+/-{ci:.1%}" if math.isfinite(ci) else "no interval"
+            outcome["perfgrid_stop"] = (
+                f"cap of {cap:g} s: {shown} after {total} processes ({spent:.0f} s); "
+                f"target +/-{target:.1%}")
+            return merged, outcome
+        processes = min(next_batch(total, ci, target), fits)
     raise AssertionError("unreachable: the cap ends every point")
 
 
