@@ -13,8 +13,8 @@ import os
 
 CACHES = ("warm", "cold")
 PAGE = mmap.PAGESIZE
-# the C library this interpreter already has loaded: ctypes.util.find_library would run
-# ldconfig -p, ~0.2 s in every benchmark process that imports this module
+# the C library this interpreter already has loaded, as kit/lifetime opens it:
+# ctypes.util.find_library runs ldconfig -p (2-3 ms) in every process importing this
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
