@@ -119,7 +119,7 @@ def mean(processes: Sequence[Sequence[float]], seed: int = 0, n_boot: int = N_BO
     rng = np.random.default_rng(seed)
     w = len(groups)
     # each process's (round's) mean, once: the variance over them and the rounds' blocks
-    means = [g.mean() for g in groups]
+    means = values if values.size == w else [g.mean() for g in groups]  # one value: itself
     if w >= 2:
         target = float(np.var(np.log(means), ddof=1)) / w
         df, method = w - 1, METHOD_ROUNDS if pooled_rounds else METHOD_HIERARCHICAL
@@ -154,15 +154,17 @@ def _hierarchical_means(groups: list[np.ndarray], rng: np.random.Generator,
     """Grand means of ``n_boot`` resamples: processes with replacement, then values within.
 
     All replicates at once. With one value a process (a claim point's rounds) the draw
-    within a process can only pick that value: its uniforms are still drawn, so the stream
-    and every replicate stay what the general path gives, bit for bit."""
+    within a process can only pick that value: its uniforms are not drawn but stepped over
+    (one 64-bit draw each: the bit generator advanced), so the stream and every replicate
+    stay what the general path gives, bit for bit, at about 3/4 of the time."""
     w = len(groups)
     sizes = np.array([g.size for g in groups])
     width = int(sizes.max())
     chosen = rng.integers(0, w, size=(n_boot, w)) if w > 1 else np.zeros((n_boot, 1), int)
-    uniforms = rng.random((n_boot, chosen.shape[1], width))
     if width == 1:
+        rng.bit_generator.advance(chosen.size)
         return np.concatenate(groups)[chosen].sum(axis=1) / chosen.shape[1]
+    uniforms = rng.random((n_boot, chosen.shape[1], width))
     padded = np.zeros((w, width))
     for i, g in enumerate(groups):
         padded[i, : g.size] = g

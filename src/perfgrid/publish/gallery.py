@@ -417,10 +417,11 @@ def _save(fig: Any, path: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     out = []
+    box = analysis.cropped(fig)
     for suffix in (".png", ".svg"):
         target = path.with_suffix(suffix)
         with atomic_path(target) as tmp:
-            fig.savefig(tmp, format=suffix[1:], dpi=110, bbox_inches="tight")
+            fig.savefig(tmp, format=suffix[1:], dpi=analysis.DPI, bbox_inches=box)
         out.append(target)
     plt.close(fig)
     return out

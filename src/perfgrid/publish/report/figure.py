@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from perfgrid.analyse.analysis import Claim, literal
+from perfgrid.analyse.analysis import DPI, Claim, cropped, literal
 
 #: each verdict's colour in a figure (the report's claims figure, the gallery's forest plots)
 VERDICT_COLOURS = {"reproduced": "tab:green", "not reproduced": "tab:red",
@@ -60,7 +60,8 @@ def claims_figure(claims: list[Claim], path: Path) -> Path:
     handles = [plt.Line2D([], [], color=c, lw=2.5, label=v) for v, c in colours.items()]
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    fig.savefig(path.with_suffix(".svg"), bbox_inches="tight")
+    box = cropped(fig)
+    fig.savefig(path, dpi=DPI, bbox_inches=box)
+    fig.savefig(path.with_suffix(".svg"), dpi=DPI, bbox_inches=box)
     plt.close(fig)
     return path
