@@ -189,11 +189,8 @@ def _refused(perf: str) -> tuple[tuple[str, str], ...]:
 def count_point(experiment: str, point: list[str], options: list[str], loops: int,
                 runtime: str, timeout: float = 600.0) -> dict[str, Any]:
     """One counting pass of a point; ``perfgrid_*`` metadata. Never raises: a pass that
-    cannot run records why in ``perfgrid_counters``.
-
-    Every event is asked for at once. Only where perf refuses that, before the workload
-    starts, are the tracepoints tried alone (:func:`refused_tracepoints`) and the pass run
-    again without those refused: a trial ahead of every pass cost ~0.09 s a point."""
+    cannot run records why in ``perfgrid_counters``. All events are asked for at once; only
+    where perf refuses, the pass runs again without :func:`refused_tracepoints`."""
     reason = unavailable()
     if reason:
         return _status(reason)
@@ -242,8 +239,7 @@ def count_point(experiment: str, point: list[str], options: list[str], loops: in
 
 def _pass(perf: str, folder: Path, workload: list[str], events: tuple[str, ...],
           timeout: float) -> tuple[subprocess.CompletedProcess, Path, Path]:
-    """The counting pass under ``perf stat`` of ``events``, its FIFOs and files in
-    ``folder`` (made here): (perf's result, its counts file, the pass's report)."""
+    """(perf's result, its counts, the pass's report) of a pass counting ``events``."""
     from perfgrid.kit import lifetime
 
     folder.mkdir()
