@@ -184,6 +184,7 @@ MEASURING = (
     "tests/test_noiseprofile.py::test_a_real_profile_of_two_blocks_of_the_syscall_pair_writes_"
     "valid_json",
     "tests/test_reliability.py::test_busy_machine_is_waited_for_then_flagged",
+    "tests/test_quiet.py::test_a_real_round_records_its_window_and_each_measurement",
     "tests/test_openloop.py::test_a_200ms_stall_shows_in_the_open_loop_p99_with_abs_report_"
     "beside_it",
     "tests/test_openloop.py::test_a_sweep_stops_at_the_first_saturated_step_and_bounds_each_step",

@@ -129,6 +129,7 @@ def test_without_a_busy_limit_a_round_is_measured_once(monkeypatch):
     assert quiet["perfgrid_measurements"] == 1 and quiet["perfgrid_noisy"] == 0
 
 
+@pytest.mark.serial  # it waits for a quiet machine: ~8 s idle beside other tests
 def test_a_real_round_records_its_window_and_each_measurement(tmp_path):
     """The harness itself, with no room for other work (``--busy-share 0``): whatever this
     machine is doing, the result records what each measurement saw, consistently."""

@@ -6,7 +6,8 @@ Each experiment ``<name>`` has a module ``perfgrid.experiments.<name>.analysis``
 - ``SEED_ROWS``: the seed's published figures as table rows (quoted, with
   their source), in the same columns as this machine's table;
 - ``plot(table, out_dir, experiment) -> list[Path]``: seaborn figures (PNG, SVG and
-  PDF) of a table with rows, set up by :func:`plot_setup`;
+  PDF) of a table with rows, set up by :func:`plot_setup`; seaborn is imported inside it,
+  as the report imports the module for its claims alone (seaborn brings scipy.stats: ~0.5 s);
 - ``claims(table, experiment) -> list[Claim]``: each seed claim as a hypothesis, the
   criterion, the figure measured here with its 95 % interval, and a verdict
   decided by that interval (:func:`judged`), with a ``why`` from the kernel

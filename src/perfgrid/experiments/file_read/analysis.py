@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-import seaborn as sns
 
 from perfgrid.analyse.analysis import (
     INTERVAL_BARS,
@@ -73,6 +72,8 @@ def _pinned_apart(rows: pd.DataFrame) -> pd.DataFrame:
 
 def plot(table: pd.DataFrame, out_dir: Path, experiment: Experiment) -> list[Path]:
     """Throughput vs block size per variant and cache; parallel throughput vs workers."""
+    import seaborn as sns
+
     written: list[Path] = []
     plot_setup(table)
     single = _gbps(_pinned_apart(table[table["variant"].isin(SINGLE)]))

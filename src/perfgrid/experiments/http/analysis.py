@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import seaborn as sns
 
 from perfgrid.analyse.analysis import (
     INTERVAL_BARS,
@@ -93,6 +92,8 @@ def tables(table: pd.DataFrame, experiment: Experiment) -> list[tuple[str, str, 
 
 def _openloop_plot(table: pd.DataFrame, out_dir: Path) -> list[Path]:
     """Latency percentiles against achieved requests/s, one line per percentile and server."""
+    import seaborn as sns
+
     steps = openloop_steps(table)
     if steps.empty:
         return []
@@ -121,6 +122,8 @@ def _load_label(table: pd.DataFrame) -> pd.Series:
 
 def plot(table: pd.DataFrame, out_dir: Path, experiment: Experiment) -> list[Path]:
     """Requests/s, p99 latency and CPU used, each vs concurrency, per workers and binding."""
+    import seaborn as sns
+
     written: list[Path] = []
     order = plot_setup(table)
     workers = sorted(table["workers"].astype(int).unique())

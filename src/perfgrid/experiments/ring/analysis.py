@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import seaborn as sns
 
 from perfgrid.analyse.analysis import (
     INTERVAL_BARS,
@@ -69,6 +68,8 @@ PASSING_COUNTERS = ("ctx_switches_per_unit", "migrations_per_unit", "task_clock_
 
 def plot(table: pd.DataFrame, out_dir: Path, experiment: Experiment) -> list[Path]:
     """Cost per message by binding and workers; the user/sys/idle split beside the seed's."""
+    import seaborn as sns
+
     written: list[Path] = []
     order = plot_setup(table)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-import seaborn as sns
 
 from perfgrid.analyse import ledger
 from perfgrid.analyse.analysis import (
@@ -73,6 +72,8 @@ SEED_US = 0.5
 
 def plot(table: pd.DataFrame, out_dir: Path, experiment: Experiment) -> list[Path]:
     """Rate per primitive by chains (log scale), per binding; CPU per spawn and its sys share."""
+    import seaborn as sns
+
     written: list[Path] = []
     order = plot_setup(table)
     hue_order = [v for v in ORDER if v in set(table["variant"])]

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import seaborn as sns
 
 from perfgrid.analyse.analysis import (
     INTERVAL_BARS,
@@ -81,6 +80,8 @@ EXTRA_COLUMNS = ["rate_per_worker", "calls_per_cpu_s", "sys_share", "worker_cpus
 
 def plot(table: pd.DataFrame, out_dir: Path, experiment: Experiment) -> list[Path]:
     """Total rate by workers per binding (hue call, style runtime); CPU efficiency and split."""
+    import seaborn as sns
+
     written: list[Path] = []
     order = plot_setup(table)
     data = interval_rows(table, "m_calls_per_s", 1e6)

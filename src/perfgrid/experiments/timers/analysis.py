@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import seaborn as sns
 
 from perfgrid.analyse.analysis import (
     Claim,
@@ -106,6 +105,8 @@ def _seed_scale(table: pd.DataFrame) -> pd.DataFrame:
 
 def plot(table: pd.DataFrame, out_dir: Path, experiment: Experiment) -> list[Path]:
     """Overhead and lateness vs tasks; the seed-scale walls beside their ideal."""
+    import seaborn as sns
+
     written: list[Path] = []
     plot_setup(table)
     data = _prepared(table)
