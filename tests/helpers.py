@@ -232,11 +232,13 @@ CONFIG = {
 
 def copy_workflow(root: Path, config: dict | None = CONFIG) -> Path:
     """A copy of the workflow under ``root`` (so tests may edit it), with ``config`` as
-    ``tiny.yaml`` (none with None)."""
+    ``tiny.yaml`` (none with None). The bytecode Python wrote for ``src`` comes along: it
+    holds for the copy (copy2 keeps each source's size and mtime, and an edit changes them),
+    so the copy's first process does not compile perfgrid again (~0.2 s)."""
     for name in ("Snakefile", "workflow", "config", "profiles", "src", "CITATION.cff"):
         src = REPO / name
         if src.is_dir():
-            shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(src, root / name)
         else:
             shutil.copy2(src, root / name)
     if config is not None:
