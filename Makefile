@@ -40,7 +40,7 @@ test: $(VENV)/.installed
 
 # Speed facts of the harness (per-call overhead, Erlang spawn rate, how fast a load stops
 # at its deadline), each printed beside its target: benchmark output, not unit tests.
-bench: $(VENV)/.compiled
+bench: $(VENV)/.installed
 	@bash .ci/system-packages.sh $(DEBS)
 	$(BIN)/python tests/speed_facts.py
 
@@ -48,36 +48,31 @@ bench: $(VENV)/.compiled
 # synthetic tables, earlier runs recorded): coverage per claim structure, p_differ against
 # a second run's reading, runs pooled; each figure beside its target (issue 57's
 # acceptance). CALIBRATE_ARGS: e.g. --scale 0.2 --strict.
-calibrate: $(VENV)/.compiled
+calibrate: $(VENV)/.installed
 	$(BIN)/python tests/calibration.py $(CALIBRATE_ARGS)
 
-lint: $(VENV)/.installed
+lint: setup
 	$(BIN)/ruff check src tests
 	$(BIN)/snakemake --lint
 
 # config/README.md's key tables, written again from the fixtures' and experiments' schema
 # files, and a new experiment's section added (perfgrid.pipeline.configdoc;
 # tests/test_config_readme.py holds them in step)
-config-doc: $(VENV)/.compiled
+config-doc: $(VENV)/.installed
 	$(BIN)/python -m perfgrid.pipeline.configdoc
 
-setup: $(VENV)/.compiled system-packages
+setup: $(VENV)/.installed system-packages
 
 # The venv, with perfgrid and its Python packages installed by uv (from PyPI, through the
 # venv's pip): pip took ~60 s here, 20 of them resolving, uv 15 s from an empty cache.
 # uv reads its own settings (UV_INDEX_URL, UV_EXTRA_INDEX_URL, UV_FIND_LINKS), not pip's.
+# Byte-compiled at install: where PYTHONDONTWRITEBYTECODE is set, an import never writes a
+# .pyc, and every benchmark and plot process would compile pandas, matplotlib and seaborn
+# again (~3 s each: the quick run took 224 s, not 138 s).
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet uv
-	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev]'
-	touch $@
-
-# ... and byte-compiled, for the commands a user runs: where PYTHONDONTWRITEBYTECODE is set,
-# an import never writes a .pyc, and every benchmark and plot process would compile pandas,
-# matplotlib and seaborn again (~3 s each: the quick run took 224 s, not 138 s). `make test`
-# skips this (18 s on 2 CPUs): it lets imports write their .pyc, ~7 s for what they import.
-$(VENV)/.compiled: $(VENV)/.installed
-	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode -e '.[dev]'
 	touch $@
 
 # Installs what apt can (as root, or through sudo); otherwise prints what is missing
