@@ -29,11 +29,12 @@ PIPELINE_MARKERS = ("pipeline", "snakemake")
 # ``serial`` (marked by hand, test by test or module by module; tests/test_markers.py
 # lists them): the test measures (asserts on a time or a count a busy machine would
 # change), waits for a quiet machine (the shipped quick config: its busy_share flags
-# rows), or loads every CPU on purpose. ``make test`` runs these first, one at a time,
-# with nothing beside them; the rest after them in parallel (pytest-xdist): Snakemake runs
-# of plumbing configs (``noise.busy_share: 1.0`` never waits nor flags), the harness's
-# correctness checks, whose bounds hold however busy the machine is, and the user commands
-# on the quick run's output (tests/test_quick_commands.py: they read it, measure nothing).
+# rows; a harness round with ``--busy-share 0``), or loads every CPU on purpose.
+# ``make test`` runs these first, one at a time, with nothing beside them; the rest after
+# them in parallel (pytest-xdist): Snakemake runs of plumbing configs
+# (``noise.busy_share: 1.0`` never waits nor flags), the harness's correctness checks,
+# whose bounds hold however busy the machine is, and the user commands on the quick run's
+# output (tests/test_quick_commands.py: they read it, measure nothing).
 
 #: a folder ``make test`` makes for each of its runs and removes after: its serial lane
 #: leaves the quick run there (:func:`quick`), and its parallel lane's user commands read it

@@ -401,6 +401,23 @@ def test_ring_sys_share_of_one_process_has_no_interval(index):
     assert claim.verdict == "inconclusive" and "no interval: one value" in claim.reason
 
 
+def test_a_thread_ring_with_no_sys_time_leaves_the_sys_part_undecided():
+    """Each thread-ring process counted 0 s of system time (below the clock's tick, as in a
+    short run): the lock-free claim's sys-share part has no ratio and says why; the claim
+    is inconclusive, and the other claims are still judged."""
+    table = ring_table()
+    threads = (table["variant"] == "thread") & (table["binding"] == "none")
+    table.loc[threads, "process_metadata"] = json.dumps([{"sys_share": 0.0}] * 4)
+    table.loc[threads, "sys_share"] = 0.0
+    found = analysis.claims(table, get("ring"))
+    claim = found[4]
+    assert claim.hypothesis.startswith("Passing without locks")
+    assert claim.verdict == "inconclusive"
+    assert "part 2: no estimate: a ratio to a figure of 0" in claim.reason, claim.reason
+    before = analysis.claims(ring_table(), get("ring"))
+    assert [c.verdict for c in found[:4]] == [c.verdict for c in before[:4]]
+
+
 def test_hand_made_ring_table_is_inconclusive_and_still_plots(tmp_path):
     rows = []
     for variant, runtime in (("native", "native"), ("process_pipe", "python"),

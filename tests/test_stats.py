@@ -133,6 +133,19 @@ def test_nan_and_no_interval_are_inconclusive() -> None:
     assert verdict == "inconclusive" and "one value" in reason
 
 
+def test_a_ratio_to_a_figure_of_zero_is_no_figure_and_says_so() -> None:
+    """A share below the CPU clock's tick is 0 (a ring's sys share in a short run): a ratio
+    to it is NaN and inconclusive with that reason, where it raised ZeroDivisionError and
+    stopped the report."""
+    zero = stats.mean_estimate([[0.0], [0.0], [0.0]])
+    assert zero.value == 0 and not zero.has_interval
+    for ratio in (_exact(0.06, 0.05) / zero, stats.Estimate.unknown(0.06, "one value") / zero):
+        assert np.isnan(ratio.value) and ratio.reason.startswith(stats.OVER_ZERO)
+        verdict, reason = stats.decide(ratio, "<=", 0.5)
+        assert verdict == "inconclusive" and reason.startswith(f"no estimate: {stats.OVER_ZERO}")
+    assert (zero / _exact(0.5, 0.05)).value == 0  # a zero over a figure is still zero
+
+
 def test_ratio_of_estimates_combines_both_spreads() -> None:
     a, b = _exact(2.0, 0.05), _exact(1.0, 0.05)
     b = stats.Estimate(b.value, np.random.default_rng(1).normal(0, 0.05 / 1.96, 20000), b.df,

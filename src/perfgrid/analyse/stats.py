@@ -79,6 +79,8 @@ AT_THRESHOLD = 0.05
 #: the words that begin the reason of a row the claims left out (perfgrid.analyse.analysis.quiet):
 #: a verdict without an estimate says it
 LEFT_OUT = "left out of claims"
+#: the reason of a ratio whose divisor is 0 (a share below the CPU clock's tick): no figure
+OVER_ZERO = "a ratio to a figure of 0"
 
 
 @dataclass(frozen=True)
@@ -260,7 +262,12 @@ def _no_interval(parts: Sequence[Estimate]) -> str:
 
 def _combine(a: Estimate, b: Estimate, sign: int) -> Estimate:
     """``a * b`` (sign +1) or ``a / b`` (sign -1): paired block by block where both were
-    measured in the same two or more blocks, else as independently measured estimates."""
+    measured in the same two or more blocks, else as independently measured estimates. A
+    ratio to a figure of zero (a share below the clock's tick) is NaN, without an interval."""
+    if sign < 0 and b.value == 0:
+        said = _no_interval([b]) if not b.has_interval else "measured 0"
+        return from_points(Estimate.unknown(math.nan, f"{OVER_ZERO} ({said})"),
+                           points_of(a, b))
     value = a.value * b.value if sign > 0 else a.value / b.value
     points = points_of(a, b)
     if not (a.has_interval and b.has_interval):
@@ -863,6 +870,8 @@ def decide(quantity: Estimate | Bounds, op: str, threshold: float, spec: str = "
     bounds = safe_interval(quantity)
     if not np.isfinite(quantity.value):
         left_out = [part for part in quantity.reason.split("; ") if part.startswith(LEFT_OUT)]
+        if quantity.reason.startswith(OVER_ZERO):
+            return "inconclusive", f"no estimate: {quantity.reason}"
         return "inconclusive", "no estimate (missing or NaN rate)" + (
             f": {'; '.join(left_out)}" if left_out else "")
     if bounds is None:
